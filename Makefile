@@ -1,0 +1,40 @@
+# Every target bootstraps .venv from pyproject.toml, so a fresh clone needs only Python 3.11+.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: test lint typecheck pytest run bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# Reinstall whenever pyproject.toml changes; all extras, so Spark and the dev tools are present.
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev,spark]'
+	touch $(STAMP)
+
+test: lint typecheck pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+pytest: $(STAMP)
+	$(VENV)/bin/pytest
+
+# Until the cluster exists (`ketch up`, issues 3-7), the main job that exists is the runtime
+# benchmark; `ketch up` itself says what it still needs.
+run: $(STAMP)
+	-$(VENV)/bin/ketch up
+	$(PY) -m bench.timers --sizes 1000,100000
+
+bench: $(STAMP)
+	$(PY) -m bench.timers
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

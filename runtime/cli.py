@@ -1,0 +1,46 @@
+"""The `ketch` command.
+
+Subcommands are registered by the layer that implements them; a command of the DESIGN.md contract
+that is not built yet is absent, and `ketch up` (the main job) says what it still needs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+
+
+def _cmd_up(args: argparse.Namespace) -> int:
+    print(
+        "ketch up: the local cluster is not built yet. It needs the storage engine (issue 3), "
+        "the wire protocol and networking (issue 4), replication (issue 5) and the controller "
+        "(issue 6). Built so far: clock, actor kernel, timing wheel, purgatory "
+        "(see `make bench`).",
+        file=sys.stderr,
+    )
+    return EXIT_USAGE
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ketch", description="A Kafka-style log broker.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    up = commands.add_parser("up", help="run a local cluster in the foreground")
+    up.add_argument("--brokers", type=int, default=3)
+    up.add_argument("--data-dir", default="./data")
+    up.add_argument("--port", type=int, default=9092)
+    up.set_defaults(handler=_cmd_up)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    code: int = args.handler(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
