@@ -22,16 +22,18 @@ needed: no other code can run between the first try and the registration.
 
 Completed operations are removed from the watcher list they were completed through at once, but
 an operation watching several keys lingers in the other keys' lists until those keys are checked.
-The purgatory counts watch registrations and, once they exceed the number of still-delayed
-operations by `purge_interval`, sweeps every list (Kafka's purgeInterval), so memory stays
-bounded by the live operations even if some keys are never checked again.
+The purgatory counts exactly how many entries belong to completed operations (each operation
+knows how many lists hold it) and sweeps every list once that number passes `purge_interval`
+(Kafka's purgeInterval, which Kafka compares against an estimate), so memory stays bounded by the
+live operations even if some keys are never checked again, and no sweep runs while nothing is
+stale.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Hashable, Iterable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from runtime.clock import Clock
 from runtime.timer import Timer, TimerTask
@@ -46,12 +48,16 @@ DEFAULT_PURGE_INTERVAL = 1000
 class DelayedOperation(TimerTask):
     """One delayed request. Subclasses implement try_complete, on_complete and on_expiration."""
 
-    __slots__ = ("_completed", "delay_ms")
+    __slots__ = ("_completed", "_purgatory", "_watch_count", "delay_ms")
 
     def __init__(self, delay_ms: int) -> None:
         super().__init__()
         self.delay_ms = delay_ms
         self._completed = False
+        # Set while watched: the purgatory and the number of watcher lists holding this
+        # operation, so that completing it tells the purgatory how many entries went stale.
+        self._purgatory: Purgatory[Any, Any] | None = None
+        self._watch_count = 0
 
     @property
     def is_completed(self) -> bool:
@@ -64,6 +70,8 @@ class DelayedOperation(TimerTask):
         self._completed = True
         # Leaving the timer at once keeps the timer's pending count equal to live operations.
         self.cancel()
+        if self._purgatory is not None:
+            self._purgatory._live_entries -= self._watch_count
         self.on_complete()
         return True
 
@@ -103,28 +111,34 @@ class Purgatory(Generic[K, Op]):
         self._timer = Timer(clock, name=f"{name}-timer")
         self._purge_interval = purge_interval
         self._watchers: dict[K, list[Op]] = {}
-        # Operations watched since the last sweep: those not delayed any more may have left
-        # entries behind in the lists of keys nobody checked.
-        self._estimated_operations = 0
+        # Entries over all watcher lists, and those of them belonging to operations not yet
+        # completed; the difference is exactly the stale entries a sweep would remove.
+        self._entries = 0
+        self._live_entries = 0
 
     def try_complete_else_watch(self, op: Op, keys: Iterable[K]) -> bool:
         """Complete `op` now if it can; otherwise watch it under every key until it completes
         or expires. Returns True if it completed here."""
         if op.try_complete():
             return True
-        watched = False
+        if op._purgatory is not None:
+            raise ValueError(f"{self.name}: {op!r} is already watched")
+        watched = 0
         for key in keys:
             watchers = self._watchers.get(key)
             if watchers is None:
                 self._watchers[key] = [op]
             else:
                 watchers.append(op)
-            watched = True
-        if not watched:
+            watched += 1
+        if watched == 0:
             raise ValueError(f"{self.name}: a delayed operation needs at least one key")
-        self._estimated_operations += 1
+        op._purgatory = self
+        op._watch_count = watched
+        self._entries += watched
+        self._live_entries += watched
         self._timer.add(op, op.delay_ms)
-        if self._estimated_operations - self._timer.pending > self._purge_interval:
+        if self._entries - self._live_entries > self._purge_interval:
             purged = self.purge_completed()
             log.debug("%s: purged %d completed operations from watcher lists", self.name, purged)
         return False
@@ -143,6 +157,7 @@ class Purgatory(Generic[K, Op]):
                 completed += 1
             else:
                 remaining.append(op)
+        self._entries -= len(watchers) - len(remaining)
         # on_complete may have watched new operations under this key meanwhile; keep them.
         added = self._watchers.pop(key, None)
         if added:
@@ -154,7 +169,7 @@ class Purgatory(Generic[K, Op]):
     @property
     def watched(self) -> int:
         """Entries over all watcher lists (an operation under three keys counts three times)."""
-        return sum(len(ops) for ops in self._watchers.values())
+        return self._entries
 
     @property
     def delayed(self) -> int:
@@ -176,10 +191,11 @@ class Purgatory(Generic[K, Op]):
                 self._watchers[key] = live
             else:
                 del self._watchers[key]
-        self._estimated_operations = self._timer.pending
+        self._entries -= purged
         return purged
 
     def close(self) -> None:
         """Stop expiring; pending operations are dropped without completing."""
         self._timer.close()
         self._watchers.clear()
+        self._entries = self._live_entries = 0
