@@ -1,0 +1,94 @@
+"""Topic administration, version 0 of ketch's native protocol: CreateTopics (19) and
+DeleteTopics (20).
+
+Clients send these to any broker, which forwards them to the controller (as Kafka does since
+KIP-590); the controller answers per topic. Field names follow Kafka's JSON specs in snake_case.
+DeleteTopics names topics by name (Kafka's `TopicNames`, versions 0-5).
+"""
+
+# No `from __future__ import annotations`: the codec reads each field's type at class creation.
+
+from dataclasses import dataclass, field
+
+from wire.messages.base import ZERO_UUID, ApiKey, Int16, Int32, Request, Response, Uuid
+
+# -- CreateTopics (19) -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreatableReplicaAssignment:
+    partition_index: Int32
+    broker_ids: list[Int32]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreatableTopicConfig:
+    """A topic config override by Kafka's property name, e.g. ("cleanup.policy", "compact")."""
+
+    name: str
+    value: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreatableTopic:
+    """num_partitions / replication_factor are -1 when `assignments` gives the replicas."""
+
+    name: str
+    num_partitions: Int32
+    replication_factor: Int16
+    assignments: list[CreatableReplicaAssignment] = field(default_factory=list)
+    configs: list[CreatableTopicConfig] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreatableTopicResult:
+    name: str
+    topic_id: Uuid = ZERO_UUID
+    error_code: Int16 = 0
+    error_message: str | None = None
+    num_partitions: Int32 = -1
+    replication_factor: Int16 = -1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateTopicsResponse(Response):
+    API_KEY = ApiKey.CREATE_TOPICS
+    API_VERSION = 0
+    topics: list[CreatableTopicResult] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateTopicsRequest(Request):
+    API_KEY = ApiKey.CREATE_TOPICS
+    API_VERSION = 0
+    RESPONSE = CreateTopicsResponse
+    topics: list[CreatableTopic]
+    timeout_ms: Int32 = 60000
+    validate_only: bool = False
+
+
+# -- DeleteTopics (20) -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeletableTopicResult:
+    name: str
+    topic_id: Uuid = ZERO_UUID
+    error_code: Int16 = 0
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteTopicsResponse(Response):
+    API_KEY = ApiKey.DELETE_TOPICS
+    API_VERSION = 0
+    responses: list[DeletableTopicResult] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteTopicsRequest(Request):
+    API_KEY = ApiKey.DELETE_TOPICS
+    API_VERSION = 0
+    RESPONSE = DeleteTopicsResponse
+    topic_names: list[str]
+    timeout_ms: Int32 = 60000
