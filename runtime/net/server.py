@@ -1,0 +1,528 @@
+"""The request server: native-protocol connections in, typed requests to handlers, responses out.
+
+One `Server` serves one listener of a `Transport` (TCP or the in-memory network). Per connection:
+
+* **One reader task** (the task the transport starts for the stream) reads bytes, cuts frames
+  (`wire.frames`), decodes envelopes and requests, and dispatches each request to its handler in
+  a task of its own, so pipelined requests run concurrently.
+* **Responses leave in request order**, as Kafka guarantees: each request owns a slot in a FIFO;
+  whichever task completes the slot at the head writes every consecutive finished slot in one
+  send, so no extra writer task sits on the hot path and a slow request holds back only the
+  responses behind it. A lone request is answered at once; when more are outstanding, the write
+  is deferred by one loop iteration so a pipelined burst leaves in one send (one syscall).
+* **Backpressure by not reading**: with `queued.max.requests` responses outstanding, the reader
+  stops taking frames and stops calling `receive()`; the transport then stops reading the socket
+  and TCP's window pushes back on the client.
+* **Idle connections** (no bytes received and nothing outstanding for connections.max.idle.ms on
+  the injected clock) are closed. One alarm per idle period, re-armed lazily, so a busy
+  connection costs no timer work per request.
+* A frame over socket.request.max.bytes, a garbled length or an undecodable envelope closes that
+  connection only. A well-framed request the server cannot serve is answered instead:
+
+      unknown API key / version, or no handler for it   UNSUPPORTED_VERSION (bare error body)
+      body that does not match the request's fields     INVALID_REQUEST
+      control-plane API on an unauthenticated conn.     CLUSTER_AUTHORIZATION_FAILED
+      handler raised (or returned something unencodable) UNKNOWN_SERVER_ERROR
+
+  in the response's top-level `error_code`; the handler is not called for the first three.
+
+SaslHandshake (17) and SaslAuthenticate (36) are answered by the server itself, synchronously in
+the reader, so a request pipelined behind the final SaslAuthenticate already sees the connection
+authenticated (see `runtime.net.auth` for the exchange). ApiVersions (18) is answered from the
+registered handlers unless a handler for it is given.
+
+`stop()` is graceful: stop accepting, stop reading new requests, wait (bounded by
+server.shutdown.timeout.ms on the clock) for outstanding responses to be written, then close
+every connection and cancel whatever handler is still running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Self
+
+from runtime.clock import NS_PER_MS, Alarm, Clock
+from runtime.net import auth
+from runtime.net.auth import ServerAuthenticator
+from runtime.net.transport import Address, Listener, Stream, Transport
+from wire.envelope import ResponseEnvelope, decode_request, encode_response
+from wire.errors import ErrorCode, ProtocolError
+from wire.frames import FrameDecoder, encode_frame
+from wire.messages import (
+    CONTROL_PLANE_API_KEYS,
+    ApiKey,
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    ApiVersionsResponseKey,
+    MessageError,
+    Request,
+    Response,
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+    UnsupportedVersionError,
+    error_body,
+    request_class,
+    supported_versions,
+)
+
+_log = logging.getLogger(__name__)
+
+_SASL_API_KEYS = frozenset({int(ApiKey.SASL_HANDSHAKE), int(ApiKey.SASL_AUTHENTICATE)})
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """Server settings; each field is the snake_case form of the property named beside it."""
+
+    # socket.request.max.bytes: largest request frame; a bigger one closes the connection.
+    socket_request_max_bytes: int = 104_857_600
+    # max.connections: accepted connections above this are closed at once.
+    max_connections: int = 10_000
+    # connections.max.idle.ms: close a connection idle (nothing read, nothing owed) this long.
+    connections_max_idle_ms: int = 600_000
+    # queued.max.requests: outstanding requests *per connection* before the server stops reading
+    # it (Kafka's is one queue for the whole broker; per connection, one client cannot starve
+    # the others).
+    queued_max_requests: int = 500
+    # server.shutdown.timeout.ms: how long stop() lets outstanding requests finish.
+    server_shutdown_timeout_ms: int = 30_000
+
+    PROPERTIES = (
+        "socket.request.max.bytes",
+        "max.connections",
+        "connections.max.idle.ms",
+        "queued.max.requests",
+        "server.shutdown.timeout.ms",
+    )
+
+    def __post_init__(self) -> None:
+        for name in (
+            "socket_request_max_bytes",
+            "max_connections",
+            "connections_max_idle_ms",
+            "queued_max_requests",
+        ):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.server_shutdown_timeout_ms < 0:
+            raise ValueError("server_shutdown_timeout_ms must not be negative")
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, Any]) -> Self:
+        """Read the server's settings from a node's property map; other keys are not ours.
+
+        (A node's config file holds every component's properties; the node validates the set.)
+        """
+        values: dict[str, int] = {}
+        for key in cls.PROPERTIES:
+            if key in props:
+                raw = props[key]
+                if isinstance(raw, bool) or not isinstance(raw, int | str):
+                    raise ValueError(f"{key} must be an integer, got {raw!r}")
+                values[key.replace(".", "_")] = int(raw)
+        return cls(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """What a handler may know about where a request came from."""
+
+    peer: str
+    client_id: str | None
+    api_key: int
+    api_version: int
+    correlation_id: int
+    cluster_member: bool  # the connection proved the cluster credential
+
+
+Handler = Callable[[Any, RequestContext], Awaitable[Response]]
+"""`handler(request, ctx) -> response`; registered by API key, called for every version."""
+
+
+class _Slot:
+    """One request's place in its connection's response order."""
+
+    __slots__ = ("frame",)
+
+    def __init__(self, frame: bytes | None = None) -> None:
+        self.frame = frame  # the encoded response frame once it is known
+
+
+def _response_frame(correlation_id: int, body: dict[str, Any]) -> bytes:
+    return encode_frame(encode_response(ResponseEnvelope(correlation_id, body)))
+
+
+class _Connection:
+    """State of one accepted stream; mutated only by its reader and its request tasks."""
+
+    def __init__(self, server: Server, stream: Stream) -> None:
+        self.server = server
+        self.stream = stream
+        self.decoder = FrameDecoder(server.config.socket_request_max_bytes)
+        self.pending: deque[_Slot] = deque()
+        self.authenticator = ServerAuthenticator(server.cluster_secret)
+        self.flushing = False
+        self.flush_scheduled = False
+        self.closed = False
+        self.last_active_ns = server.clock.monotonic_ns()
+        self.idle_alarm: Alarm | None = None
+        self.slot_waiter: asyncio.Future[None] | None = None
+        self.drained_waiters: list[asyncio.Future[None]] = []
+
+    # reading
+
+    async def run(self) -> None:
+        self.arm_idle_alarm()
+        try:
+            await self.read_loop()
+        except ProtocolError as exc:
+            # Framing or envelope is broken: nothing after this point can be trusted.
+            _log.warning("closing connection from %s: %s", self.stream.peer, exc)
+        except OSError as exc:
+            _log.debug("connection from %s broke: %s", self.stream.peer, exc)
+        finally:
+            await self.close()
+
+    async def read_loop(self) -> None:
+        server = self.server
+        cap = server.config.queued_max_requests
+        while True:
+            data = await self.stream.receive()
+            if not data:
+                return
+            self.last_active_ns = server.clock.monotonic_ns()
+            self.decoder.feed(data)
+            while True:
+                while len(self.pending) >= cap:
+                    await self.wait_for_slot()
+                    if self.closed:
+                        return
+                if server.stopping:
+                    # No new requests once stopping; answer what is outstanding, then close.
+                    await self.wait_drained()
+                    return
+                frame = self.decoder.next_frame()
+                if frame is None:
+                    break
+                self.dispatch(frame)
+            if self.pending and self.pending[0].frame is not None and not self.flushing:
+                await self.flush()
+
+    async def wait_for_slot(self) -> None:
+        if self.pending[0].frame is not None and not self.flushing:
+            await self.flush()
+            return
+        self.slot_waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self.slot_waiter
+        finally:
+            self.slot_waiter = None
+
+    def dispatch(self, frame: bytes) -> None:
+        envelope = decode_request(frame)
+        correlation_id = envelope.correlation_id
+        slot = _Slot()
+        self.pending.append(slot)
+        try:
+            request_cls = request_class(envelope.api_key, envelope.api_version)
+        except UnsupportedVersionError:
+            slot.frame = _response_frame(correlation_id, error_body(ErrorCode.UNSUPPORTED_VERSION))
+            return
+        api_key = envelope.api_key
+        is_sasl = api_key in _SASL_API_KEYS
+        if api_key in CONTROL_PLANE_API_KEYS and not self.authenticator.authenticated:
+            code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+            slot.frame = self.error_frame(request_cls, correlation_id, code)
+            return
+        handler = self.server.handler_for(api_key)
+        if handler is None and not is_sasl:
+            slot.frame = _response_frame(correlation_id, error_body(ErrorCode.UNSUPPORTED_VERSION))
+            return
+        try:
+            request = request_cls.from_body(envelope.body)
+        except MessageError as exc:
+            _log.info("malformed request from %s: %s", self.stream.peer, exc)
+            slot.frame = self.error_frame(request_cls, correlation_id, ErrorCode.INVALID_REQUEST)
+            return
+        if is_sasl:
+            slot.frame = _response_frame(correlation_id, self.authenticate(request).to_body())
+            return
+        assert handler is not None
+        context = RequestContext(
+            peer=self.stream.peer,
+            client_id=envelope.client_id,
+            api_key=api_key,
+            api_version=envelope.api_version,
+            correlation_id=correlation_id,
+            cluster_member=self.authenticator.authenticated,
+        )
+        self.server.spawn(self.serve(slot, handler, request, context))
+
+    def authenticate(self, request: Request) -> Response:
+        if isinstance(request, SaslHandshakeRequest):
+            code = self.authenticator.handshake(request.mechanism)
+            return SaslHandshakeResponse(error_code=code, mechanisms=self.authenticator.mechanisms)
+        assert isinstance(request, SaslAuthenticateRequest)
+        code, auth_bytes = self.authenticator.authenticate(request.auth_bytes)
+        if code is ErrorCode.NONE:
+            return SaslAuthenticateResponse(auth_bytes=auth_bytes)
+        _log.warning("cluster credential rejected for %s: %s", self.stream.peer, code.name)
+        message = f"{auth.MECHANISM} exchange failed ({code.name}); open a new connection"
+        return SaslAuthenticateResponse(error_code=code, error_message=message)
+
+    @staticmethod
+    def error_frame(request_cls: type[Request], correlation_id: int, code: ErrorCode) -> bytes:
+        return _response_frame(correlation_id, request_cls.RESPONSE.error_response(code).to_body())
+
+    # serving and writing
+
+    async def serve(
+        self, slot: _Slot, handler: Handler, request: Request, context: RequestContext
+    ) -> None:
+        try:
+            response = await handler(request, context)
+            frame = _response_frame(context.correlation_id, response.to_body())
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # stop() cancelled this task: the connection is closing anyway
+            # Something the handler awaited was cancelled, not this task; answer rather than
+            # leave a hole that would hold back every later response on the connection.
+            frame = self.failure_frame(request, context)
+        except Exception:
+            frame = self.failure_frame(request, context)
+        slot.frame = frame
+        pending = self.pending
+        if self.flushing or not pending or pending[0] is not slot:
+            return  # the running flush, or the request ahead of this one, will write it
+        if len(pending) == 1:
+            await self.flush()  # nothing to coalesce with: answer at once
+        elif not self.flush_scheduled:
+            # The rest of a pipelined burst is likely finishing in this same loop iteration; a
+            # flush queued behind those tasks writes them all with one send (one syscall).
+            self.flush_scheduled = True
+            self.server.spawn(self.deferred_flush())
+
+    def failure_frame(self, request: Request, context: RequestContext) -> bytes:
+        # A handler bug must cost one error response, never the connection or the server.
+        _log.exception(
+            "handler for API %d failed (request %d from %s)",
+            context.api_key,
+            context.correlation_id,
+            context.peer,
+        )
+        code = ErrorCode.UNKNOWN_SERVER_ERROR
+        return self.error_frame(type(request), context.correlation_id, code)
+
+    async def deferred_flush(self) -> None:
+        self.flush_scheduled = False
+        if not self.flushing:
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Write every finished response at the head of the queue, in order, in one send."""
+        assert not self.flushing
+        self.flushing = True
+        pending = self.pending
+        try:
+            while pending and pending[0].frame is not None:
+                frames: list[bytes] = []
+                while pending and (frame := pending[0].frame) is not None:
+                    frames.append(frame)
+                    pending.popleft()
+                self.wake_reader()
+                if not self.closed:
+                    await self.stream.send(frames[0] if len(frames) == 1 else b"".join(frames))
+        except OSError as exc:
+            _log.debug("cannot answer %s: %s", self.stream.peer, exc)
+            self.pending.clear()
+            self.wake_reader()
+        finally:
+            self.flushing = False
+        self.last_active_ns = self.server.clock.monotonic_ns()
+        if not pending:
+            self.wake_drained()
+
+    def wake_reader(self) -> None:
+        if self.slot_waiter is not None and not self.slot_waiter.done():
+            self.slot_waiter.set_result(None)
+
+    def wake_drained(self) -> None:
+        waiters, self.drained_waiters = self.drained_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def wait_drained(self) -> None:
+        while self.pending and not self.closed:
+            waiter = asyncio.get_running_loop().create_future()
+            self.drained_waiters.append(waiter)
+            await waiter
+
+    # idle timeout and close
+
+    def arm_idle_alarm(self) -> None:
+        idle_ns = self.server.config.connections_max_idle_ms * NS_PER_MS
+        self.idle_alarm = self.server.clock.call_at_ns(self.last_active_ns + idle_ns, self.on_idle)
+
+    def on_idle(self) -> None:
+        self.idle_alarm = None
+        if self.closed:
+            return
+        idle_ns = self.server.config.connections_max_idle_ms * NS_PER_MS
+        if not self.pending and self.server.clock.monotonic_ns() - self.last_active_ns >= idle_ns:
+            _log.info("closing idle connection from %s", self.stream.peer)
+            self.server.spawn(self.close())
+        else:
+            self.arm_idle_alarm()
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.idle_alarm is not None:
+            self.idle_alarm.cancel()
+            self.idle_alarm = None
+        self.wake_reader()
+        self.wake_drained()
+        self.server.forget(self)
+        try:
+            await self.stream.aclose()
+        except OSError as exc:
+            _log.debug("closing %s: %s", self.stream.peer, exc)
+
+
+class Server:
+    """Serves `handlers` (by API key) on `address` of `transport`; `start()` / `stop()`."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        address: Address,
+        handlers: Mapping[int, Handler],
+        *,
+        clock: Clock,
+        config: ServerConfig | None = None,
+        cluster_secret: bytes | None = None,
+    ) -> None:
+        self.transport = transport
+        self.requested_address = address
+        self.handlers: dict[int, Handler] = dict(handlers)
+        self.clock = clock
+        self.config = config or ServerConfig()
+        # None: no connection can become a cluster member (control-plane APIs always refused).
+        self.cluster_secret = cluster_secret
+        if cluster_secret is not None:
+            ServerAuthenticator(cluster_secret)  # rejects an unusable secret now, not per client
+        if ApiKey.API_VERSIONS not in self.handlers:
+            self.handlers[ApiKey.API_VERSIONS] = self._api_versions
+        self.stopping = False
+        self._listener: Listener | None = None
+        self._connections: set[_Connection] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._readers: set[asyncio.Future[None]] = set()
+
+    @property
+    def address(self) -> Address:
+        """The bound address (with the real port when port 0 was asked for)."""
+        if self._listener is None:
+            raise RuntimeError("server not started")
+        return self._listener.address
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
+
+    async def start(self) -> None:
+        if self._listener is not None:
+            raise RuntimeError("server already started")
+        self._listener = await self.transport.listen(self.requested_address, self._on_stream)
+
+    async def stop(self) -> None:
+        if self.stopping:
+            return
+        self.stopping = True
+        if self._listener is not None:
+            await self._listener.aclose()
+        connections = list(self._connections)
+        timeout_ms = self.config.server_shutdown_timeout_ms
+        drained = [asyncio.ensure_future(c.wait_drained()) for c in connections]
+        if drained:
+            await _wait_on_clock(self.clock, drained, timeout_ms)
+        # Concurrently: a peer that stopped reading makes its close wait for the flush bound.
+        await asyncio.gather(*(connection.close() for connection in connections))
+        # Closed streams wake their readers with b"", so these finish promptly.
+        await asyncio.gather(*self._readers, return_exceptions=True)
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def handler_for(self, api_key: int) -> Handler | None:
+        return self.handlers.get(api_key)
+
+    def spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def forget(self, connection: _Connection) -> None:
+        self._connections.discard(connection)
+
+    async def _on_stream(self, stream: Stream) -> None:
+        if self.stopping or len(self._connections) >= self.config.max_connections:
+            _log.warning("refusing connection from %s: max.connections or stopping", stream.peer)
+            await stream.aclose()
+            return
+        connection = _Connection(self, stream)
+        self._connections.add(connection)
+        done = asyncio.get_running_loop().create_future()
+        self._readers.add(done)
+        try:
+            await connection.run()
+        finally:
+            self._readers.discard(done)
+            done.set_result(None)
+
+    async def _api_versions(self, request: ApiVersionsRequest, ctx: RequestContext) -> Response:
+        return api_versions_response(self.handlers.keys())
+
+
+def api_versions_response(served_keys: Any) -> ApiVersionsResponse:
+    """ApiVersions answer: the versions of every API this server has a handler for, plus SASL."""
+    keys = {int(k) for k in served_keys} | {ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}
+    return ApiVersionsResponse(
+        api_keys=[
+            ApiVersionsResponseKey(api_key=key, min_version=low, max_version=high)
+            for key, (low, high) in supported_versions().items()
+            if key in keys
+        ]
+    )
+
+
+async def _wait_on_clock(
+    clock: Clock, futures: Sequence[asyncio.Future[None]], timeout_ms: int
+) -> None:
+    """Wait for all `futures` or until `timeout_ms` pass on `clock`, whichever is first."""
+    expired: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def expire() -> None:
+        if not expired.done():
+            expired.set_result(None)
+
+    alarm = clock.call_at_ns(clock.monotonic_ns() + timeout_ms * NS_PER_MS, expire)
+    everything: asyncio.Future[list[Any]] = asyncio.gather(*futures, return_exceptions=True)
+    waited: list[asyncio.Future[Any]] = [everything, expired]
+    try:
+        await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        alarm.cancel()
+        if not everything.done():
+            everything.cancel()
+            await asyncio.gather(everything, return_exceptions=True)
