@@ -1,0 +1,130 @@
+"""Client, producer and consumer settings, under Kafka's property names and defaults.
+
+Each dataclass field is the snake_case form of a Kafka client property (`request_timeout_ms`
+is `request.timeout.ms`), with Kafka's default. `from_properties()` reads a mapping keyed by
+the dotted names, as found in a TOML config file or given as `--config k=v` flags, and rejects
+names it does not know so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Self, TypeVar
+
+from wire.frames import DEFAULT_MAX_FRAME_BYTES
+
+_T = TypeVar("_T")
+
+
+def _from_properties(cls: type[_T], props: Mapping[str, Any]) -> _T:
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    values: dict[str, Any] = {}
+    for key, raw in props.items():
+        name = key.replace(".", "_")
+        field = fields.get(name)
+        if field is None:
+            raise ValueError(f"unknown {cls.__name__} property {key!r}")
+        default = field.default
+        if isinstance(default, bool) or not isinstance(default, int | float):
+            values[name] = raw
+        else:
+            values[name] = type(default)(raw)
+    return cls(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConfig:
+    request_timeout_ms: int = 30_000
+    socket_connection_setup_timeout_ms: int = 10_000
+    reconnect_backoff_ms: int = 50
+    reconnect_backoff_max_ms: int = 1_000
+    retry_backoff_ms: int = 100
+    retry_backoff_max_ms: int = 1_000
+    # Upper bound on retrying any one operation (Kafka uses it for produce; the client applies
+    # it to every retried request so nothing retries forever).
+    delivery_timeout_ms: int = 120_000
+    metadata_max_age_ms: int = 300_000
+    # Requests one connection may have outstanding; more wait for a slot (pipelining depth).
+    max_in_flight_requests_per_connection: int = 5
+    # Largest response frame accepted (the client side of socket.request.max.bytes).
+    max_response_bytes: int = DEFAULT_MAX_FRAME_BYTES
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value < 0 or (value == 0 and field.name.startswith(("request_", "max_"))):
+                raise ValueError(f"{field.name} must be positive, got {value}")
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, Any]) -> Self:
+        return _from_properties(cls, props)
+
+
+ACKS_ALL = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerConfig:
+    acks: int = ACKS_ALL  # 0, 1 or -1 ("all")
+    linger_ms: int = 5
+    batch_size: int = 16_384
+    max_request_size: int = 1_048_576
+    request_timeout_ms: int = 30_000
+    delivery_timeout_ms: int = 120_000
+    # How long send() may wait for the topic's metadata before failing.
+    max_block_ms: int = 60_000
+    retry_backoff_ms: int = 100
+    retry_backoff_max_ms: int = 1_000
+    # Seed of the sticky partitioner's choices for null keys.
+    partitioner_seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.acks not in (0, 1, ACKS_ALL):
+            raise ValueError(f"acks must be 0, 1 or all (-1), got {self.acks}")
+        if self.batch_size <= 0 or self.max_request_size <= 0:
+            raise ValueError("batch.size and max.request.size must be positive")
+        if self.linger_ms < 0 or self.delivery_timeout_ms <= 0 or self.request_timeout_ms <= 0:
+            raise ValueError("linger.ms must be >= 0 and the timeouts positive")
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, Any]) -> Self:
+        values = dict(props)
+        if str(values.get("acks", "")).lower() == "all":
+            values["acks"] = ACKS_ALL
+        return _from_properties(cls, values)
+
+
+OFFSET_RESET_POLICIES = ("earliest", "latest", "none")
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerConfig:
+    fetch_max_wait_ms: int = 500
+    fetch_min_bytes: int = 1
+    fetch_max_bytes: int = 52_428_800
+    max_partition_fetch_bytes: int = 1_048_576
+    auto_offset_reset: str = "latest"
+    request_timeout_ms: int = 30_000
+    retry_backoff_ms: int = 100
+    # -1 for a consumer; a broker's replica fetcher passes its own broker id.
+    replica_id: int = -1
+
+    def __post_init__(self) -> None:
+        if self.auto_offset_reset not in OFFSET_RESET_POLICIES:
+            raise ValueError(
+                f"auto.offset.reset must be one of {OFFSET_RESET_POLICIES}, "
+                f"got {self.auto_offset_reset!r}"
+            )
+        if self.fetch_max_wait_ms < 0 or self.fetch_min_bytes < 0:
+            raise ValueError("fetch.max.wait.ms and fetch.min.bytes must be >= 0")
+        if self.fetch_max_bytes <= 0 or self.max_partition_fetch_bytes <= 0:
+            raise ValueError("fetch.max.bytes and max.partition.fetch.bytes must be positive")
+        if self.request_timeout_ms <= self.fetch_max_wait_ms:
+            # A long poll that outlives the request timeout would be cut off as a failure.
+            raise ValueError("request.timeout.ms must exceed fetch.max.wait.ms")
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, Any]) -> Self:
+        return _from_properties(cls, props)

@@ -1,0 +1,90 @@
+"""Typed errors of the async client, and which of them a retry may cure.
+
+Broker answers come back as `wire.errors.KafkaError` (an error code); everything the client
+itself detects is one of the `ClientError` subclasses below. `is_retriable()` says whether
+sending the same request again may succeed: retriable Kafka codes, failed or lost connections
+and request timeouts. `invalidates_metadata()` says whether the client should also refresh its
+metadata first, because the error means it talked to the wrong broker (Kafka's
+`InvalidMetadataException` family) or lost the broker altogether.
+"""
+
+from __future__ import annotations
+
+from wire.errors import ErrorCode, KafkaError
+
+
+class ClientError(Exception):
+    """Base of the errors the client raises itself (not error codes sent by a broker)."""
+
+
+class ConnectionFailedError(ClientError, ConnectionError):
+    """Could not open a connection to a broker (refused, timed out); nothing was sent."""
+
+
+class ConnectionLostError(ClientError, ConnectionError):
+    """The connection broke while the request was in flight: it may or may not have been
+    processed by the broker."""
+
+
+class RequestTimeoutError(ClientError, TimeoutError):
+    """No response within request.timeout.ms; the connection was reset (its order is lost)."""
+
+
+class ClientClosedError(ClientError):
+    """The client (or producer, consumer) was closed; pending requests fail with this."""
+
+
+class AuthenticationError(ClientError):
+    """The broker rejected the cluster credential; retrying with the same secret cannot help."""
+
+
+class UnknownBrokerError(ClientError):
+    """A request addressed a node id the metadata does not list (it left, or metadata is old)."""
+
+
+class NoBrokersAvailableError(ClientError, ConnectionError):
+    """Neither a known broker nor any bootstrap address could be reached."""
+
+
+class DeliveryTimeoutError(ClientError, TimeoutError):
+    """A request (or record) could not be completed within its delivery timeout."""
+
+
+# Kafka's InvalidMetadataException subclasses: the client's idea of who leads is wrong.
+_METADATA_CODES = frozenset(
+    {
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.REPLICA_NOT_AVAILABLE,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+        ErrorCode.UNKNOWN_TOPIC_ID,
+        ErrorCode.INCONSISTENT_TOPIC_ID,
+        ErrorCode.BROKER_NOT_AVAILABLE,
+    }
+)
+
+
+_RETRIABLE_CLIENT_ERRORS = (
+    ConnectionFailedError,
+    ConnectionLostError,
+    RequestTimeoutError,
+    UnknownBrokerError,
+)
+
+
+def code_invalidates_metadata(code: int) -> bool:
+    return ErrorCode.from_code(code) in _METADATA_CODES
+
+
+def is_retriable(exc: BaseException) -> bool:
+    if isinstance(exc, KafkaError):
+        return exc.retriable
+    return isinstance(exc, _RETRIABLE_CLIENT_ERRORS)
+
+
+def invalidates_metadata(exc: BaseException) -> bool:
+    if isinstance(exc, KafkaError):
+        return exc.code in _METADATA_CODES
+    return isinstance(exc, _RETRIABLE_CLIENT_ERRORS)
