@@ -25,6 +25,28 @@ def _cmd_up(args: argparse.Namespace) -> int:
     return EXIT_USAGE
 
 
+def _cmd_dump_log(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from runtime.log.dump import dump_log_files
+
+    return dump_log_files(
+        [Path(p) for p in args.paths], sys.stdout, deep=args.deep, verify_index=args.verify_index
+    )
+
+
+def _add_dump_log(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    dump = commands.add_parser(
+        "dump-log", help="print and check segment files (.log, .index, .timeindex, or a dir)"
+    )
+    dump.add_argument("paths", nargs="+", metavar="PATH")
+    dump.add_argument("--deep", action="store_true", help="print every record")
+    dump.add_argument(
+        "--verify-index", action="store_true", help="check index entries against the log"
+    )
+    dump.set_defaults(handler=_cmd_dump_log)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ketch", description="A Kafka-style log broker.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -33,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--data-dir", default="./data")
     up.add_argument("--port", type=int, default=9092)
     up.set_defaults(handler=_cmd_up)
+    _add_dump_log(commands)
     return parser
 
 

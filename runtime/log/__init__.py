@@ -1,0 +1,17 @@
+"""The storage engine: Kafka's on-disk log format, indexes, checkpoints and recovery.
+
+Entry points: `runtime.log.manager.LogManager` (a broker's log dirs and background tasks) and
+`runtime.log.log.Log` (one partition). By role:
+
+* ``config`` — `LogConfig` / `LogManagerConfig` under Kafka's property names
+* ``errors`` — the typed storage errors
+* ``partition_dir`` — `TopicPartition` and partition directory names
+* ``offsets`` — `LogOffsetMetadata`, `FetchDataInfo`, `LogAppendInfo`
+* ``index_file``, ``offset_index``, ``time_index`` — ``.index`` / ``.timeindex`` files
+* ``file_batches`` — walking the batches of a ``.log`` file
+* ``segment`` — `LogSegment`, one ``.log`` with its indexes
+* ``recovery`` — loading a partition directory (swaps, sanity checks, crash recovery)
+* ``epoch_cache`` — `LeaderEpochCache` (``leader-epoch-checkpoint``)
+* ``checkpoints`` — the checkpoint files and ``partition.metadata``, written atomically
+* ``dump`` — `ketch dump-log`
+"""

@@ -1,0 +1,653 @@
+"""`Log`: the segments of one partition, with offsets, reads, rolling, truncation and retention.
+
+Ownership: a `Log` belongs to one actor at a time (the partition actor), so it has no locks and
+its methods are synchronous. They are fast — an append is a validation pass, two in-place patches
+per batch and one ``pwrite`` — except for the long jobs, which have async wrappers that run the
+blocking part in a worker thread (`asyncio.to_thread`): `open_async` (loading and recovery scans),
+`flush_async` (fsync of whole segments) and `delete_segment_files_async` (unlinking segments).
+
+Offsets: the log end offset (LEO) is one past the last appended offset. The log start offset only
+grows (retention, `maybe_increment_log_start_offset`, truncation below it). The recovery point is
+the offset below which everything is fsynced; recovery after a crash starts there. The high
+watermark is set by the owner (the partition actor); retention never deletes a segment holding
+offsets at or above it, as in Kafka.
+
+Two append paths, both storing batches byte-for-byte:
+
+* `append_as_leader` validates each batch (structure, CRC-32C, size limit, record count) and
+  writes it with its base offset and partition leader epoch replaced (both outside the CRC) —
+  no re-encoding, no copy.
+* `append_as_follower` validates structure and CRC and checks that offsets start at or above the
+  LEO and increase, then appends the bytes unchanged.
+
+Segments leaving the log (retention, truncation) are renamed ``*.deleted`` at once and their files
+removed later by the owner or the log manager (`take_deleted_segments`), after
+``file.delete.delay.ms``; a crash in between leaves ``.deleted`` files that loading removes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import os
+import random
+import shutil
+import struct
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Final
+
+from runtime.clock import Clock
+from runtime.log.checkpoints import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheckpointFile
+from runtime.log.config import LogConfig
+from runtime.log.epoch_cache import LeaderEpochCache
+from runtime.log.errors import (
+    InvalidOffsetError,
+    InvalidRecordError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+)
+from runtime.log.index_file import INT32_MAX
+from runtime.log.offsets import (
+    FetchDataInfo,
+    LogAppendInfo,
+    LogOffsetMetadata,
+    TimestampAndOffset,
+)
+from runtime.log.recovery import RecoveryReport, load_segments
+from runtime.log.segment import DELETED_SUFFIX, LogSegment
+from runtime.log.time_index import NO_TIMESTAMP
+from wire.records import LOG_OVERHEAD, BatchHeader, iter_batches, validate_batch
+
+EARLIEST_TIMESTAMP: Final = -2  # ListOffsets sentinels, Kafka's values
+LATEST_TIMESTAMP: Final = -1
+
+Records = bytes | bytearray | memoryview
+# baseOffset, batchLength, partitionLeaderEpoch: the first 16 bytes of a batch, as rewritten by
+# the leader (batchLength is copied unchanged; it sits between the two patched fields).
+_PATCHED_PREFIX: Final = struct.Struct(">qii")
+
+
+class Log:
+    """One partition's log. Construct with `Log.open` (or `open_async`)."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        clock: Clock,
+        segments: list[LogSegment],
+        *,
+        log_start_offset: int,
+        recovery_point: int,
+        next_offset: int,
+        epoch_cache: LeaderEpochCache,
+        recovery_report: RecoveryReport,
+        rng: random.Random,
+    ) -> None:
+        assert segments, "a log always has an active segment"
+        self.directory = directory
+        self.config = config
+        self._clock = clock
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._log_start_offset = log_start_offset
+        self._recovery_point = recovery_point
+        self._leo = next_offset
+        self._high_watermark = log_start_offset
+        self.epoch_cache = epoch_cache
+        self.recovery_report = recovery_report
+        self._rng = rng
+        self._last_flush_ms = clock.monotonic_ms()
+        self._deleted: list[tuple[int, LogSegment]] = []  # (due monotonic ms, segment)
+        self._closed = False
+
+    # -- opening --------------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        clock: Clock,
+        *,
+        log_start_offset: int = 0,
+        recovery_point: int = 0,
+        high_watermark: int | None = None,
+        had_clean_shutdown: bool = False,
+        rng: random.Random | None = None,
+    ) -> Log:
+        """Load (and after an unclean shutdown, recover) the log in `directory`. Blocking."""
+        # Roll jitter is the only randomness here; a fixed seed keeps runs reproducible.
+        rng = rng if rng is not None else random.Random(0)
+        directory.mkdir(parents=True, exist_ok=True)
+        epoch_cache = LeaderEpochCache(
+            LeaderEpochCheckpointFile(directory / LEADER_EPOCH_CHECKPOINT)
+        )
+        loaded = load_segments(
+            directory,
+            config,
+            clock,
+            log_start_offset=log_start_offset,
+            recovery_point=recovery_point,
+            had_clean_shutdown=had_clean_shutdown,
+            epoch_cache=epoch_cache,
+            jitter=_jitter_source(config, rng),
+        )
+        log = cls(
+            directory,
+            config,
+            clock,
+            loaded.segments,
+            log_start_offset=loaded.log_start_offset,
+            recovery_point=loaded.recovery_point,
+            next_offset=loaded.next_offset,
+            epoch_cache=epoch_cache,
+            recovery_report=loaded.report,
+            rng=rng,
+        )
+        if high_watermark is not None:
+            log.update_high_watermark(high_watermark)
+        return log
+
+    @classmethod
+    async def open_async(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        clock: Clock,
+        *,
+        log_start_offset: int = 0,
+        recovery_point: int = 0,
+        high_watermark: int | None = None,
+        had_clean_shutdown: bool = False,
+        rng: random.Random | None = None,
+    ) -> Log:
+        """`open` in a worker thread: a recovery scan reads every unflushed byte."""
+
+        def load() -> Log:
+            return cls.open(
+                directory,
+                config,
+                clock,
+                log_start_offset=log_start_offset,
+                recovery_point=recovery_point,
+                high_watermark=high_watermark,
+                had_clean_shutdown=had_clean_shutdown,
+                rng=rng,
+            )
+
+        return await asyncio.to_thread(load)
+
+    # -- state ----------------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._leo
+
+    @property
+    def log_end_offset_metadata(self) -> LogOffsetMetadata:
+        active = self.active_segment
+        return LogOffsetMetadata(self._leo, active.base_offset, active.size)
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        return tuple(self._segments)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self._leo - self._recovery_point
+
+    @property
+    def last_flush_ms(self) -> int:
+        """Monotonic time of the last flush (or of opening)."""
+        return self._last_flush_ms
+
+    @property
+    def latest_epoch(self) -> int | None:
+        return self.epoch_cache.latest_epoch
+
+    def update_high_watermark(self, high_watermark: int) -> int:
+        """Set the HW, clamped to [log start, LEO]; returns the value kept."""
+        self._high_watermark = min(max(high_watermark, self._log_start_offset), self._leo)
+        return self._high_watermark
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: ``(epoch, end offset)`` from the leader epoch cache."""
+        return self.epoch_cache.end_offset_for(epoch, self._leo)
+
+    # -- append ---------------------------------------------------------------------------------
+
+    def append_as_leader(self, records: Records, leader_epoch: int) -> LogAppendInfo:
+        """Validate, assign offsets from the LEO, stamp `leader_epoch`, append.
+
+        The stored bytes are the producer's with baseOffset and partitionLeaderEpoch (bytes 0-8
+        and 12-16, outside the CRC) replaced. The replacement is written by vectored I/O — a
+        16-byte patched prefix, then the rest of the caller's buffer — so the caller's buffer is
+        neither copied nor modified. Raises CorruptRecordError, RecordTooLargeError or
+        InvalidRecordError, appending nothing.
+        """
+        if not -1 <= leader_epoch <= INT32_MAX:
+            raise ValueError(f"leader epoch {leader_epoch} outside int32")
+        view = memoryview(records)
+        end = len(view)
+        max_bytes = self.config.max_message_bytes
+        pack_prefix = _PATCHED_PREFIX.pack
+        chunks: list[bytes | memoryview] = []
+        first_offset = offset = self._leo
+        max_ts, offset_of_max_ts = NO_TIMESTAMP, offset
+        record_count = 0
+        position = 0
+        # Hot path (every produce): one pass, no per-batch objects beyond the header.
+        while position < end:
+            header = validate_batch(view, position)
+            length = header.batch_length
+            count = header.records_count
+            if (
+                length + LOG_OVERHEAD > max_bytes
+                or count < 1
+                or header.last_offset_delta != count - 1
+                or header.is_control
+            ):
+                self._reject_produced_batch(position, header)
+            chunks.append(pack_prefix(offset, length, leader_epoch))
+            chunks.append(view[position + _PATCHED_PREFIX.size : position + length + LOG_OVERHEAD])
+            offset += count  # records are numbered 0..count-1, checked above
+            if header.max_timestamp > max_ts:
+                max_ts, offset_of_max_ts = header.max_timestamp, offset - 1
+            record_count += count
+            position += length + LOG_OVERHEAD
+        if not chunks:
+            return LogAppendInfo(self._leo, self._leo - 1, NO_TIMESTAMP, self._leo, 0, 0, 0)
+        if leader_epoch >= 0 and leader_epoch != self.epoch_cache.latest_epoch:
+            self.epoch_cache.assign(leader_epoch, first_offset)
+        self._append_chunks(chunks, end, first_offset, offset - 1, max_ts, offset_of_max_ts)
+        return LogAppendInfo(
+            first_offset, offset - 1, max_ts, offset_of_max_ts, end, len(chunks) // 2, record_count
+        )
+
+    def _reject_produced_batch(self, position: int, header: BatchHeader) -> None:
+        if header.size_bytes > self.config.max_message_bytes:
+            raise RecordTooLargeError(
+                f"batch at byte {position} is {header.size_bytes} bytes, over "
+                f"max.message.bytes {self.config.max_message_bytes}"
+            )
+        # A producer's batch numbers its records 0..n-1; anything else would let a client burn
+        # offsets or hide records from offset assignment.
+        if header.records_count < 1 or header.last_offset_delta != header.records_count - 1:
+            raise InvalidRecordError(
+                f"batch at byte {position} has {header.records_count} records but "
+                f"last offset delta {header.last_offset_delta}"
+            )
+        assert header.is_control, header
+        raise InvalidRecordError(f"batch at byte {position}: clients cannot write control batches")
+
+    def append_as_follower(self, records: Records) -> LogAppendInfo:
+        """Append batches replicated from the leader, unchanged.
+
+        Raises CorruptRecordError, or InvalidOffsetError when the first batch starts below the
+        LEO or offsets do not increase; nothing is appended then.
+        """
+        batches = list(iter_batches(records, validate=True))
+        if not batches:
+            return LogAppendInfo(self._leo, self._leo - 1, NO_TIMESTAMP, self._leo, 0, 0, 0)
+        expected = self._leo
+        max_ts, offset_of_max_ts = NO_TIMESTAMP, batches[0][1].base_offset
+        record_count = 0
+        for position, header in batches:
+            if header.base_offset < expected or header.last_offset_delta < 0:
+                raise InvalidOffsetError(
+                    f"batch at byte {position} has offsets {header.base_offset}.."
+                    f"{header.last_offset}, expected a base offset >= {expected}"
+                )
+            if header.max_timestamp > max_ts:
+                max_ts, offset_of_max_ts = header.max_timestamp, header.last_offset
+            record_count += header.records_count
+            expected = header.next_offset
+        first = batches[0][1].base_offset
+        info = LogAppendInfo(
+            first, expected - 1, max_ts, offset_of_max_ts, len(records), len(batches), record_count
+        )
+        for _, header in batches:
+            epoch = header.partition_leader_epoch
+            latest = self.epoch_cache.latest_epoch
+            if epoch >= 0 and (latest is None or epoch > latest):
+                self.epoch_cache.assign(epoch, header.base_offset)
+        self._append_chunks([records], len(records), first, expected - 1, max_ts, offset_of_max_ts)
+        return info
+
+    def _append_chunks(
+        self,
+        chunks: Sequence[Records],
+        size: int,
+        first_offset: int,
+        last_offset: int,
+        max_ts: int,
+        offset_of_max_ts: int,
+    ) -> None:
+        segment = self._segments[-1]
+        if segment.should_roll(size, max_ts, last_offset, self._clock):
+            segment = self.roll(first_offset)
+        segment.append(last_offset, max_ts, offset_of_max_ts, chunks, size)
+        self._leo = last_offset + 1
+        if self._leo - self._recovery_point >= self.config.flush_messages:
+            self.flush()
+
+    # -- rolling --------------------------------------------------------------------------------
+
+    def roll(self, expected_next_offset: int | None = None) -> LogSegment:
+        """Start a new active segment at max(expected_next_offset, LEO)."""
+        new_base = max(expected_next_offset or 0, self._leo)
+        active = self.active_segment
+        if active.base_offset == new_base and active.size == 0:
+            return active
+        assert new_base > active.base_offset, (new_base, active)
+        active.on_become_inactive()
+        segment = LogSegment(
+            self.directory,
+            new_base,
+            self.config,
+            self._clock,
+            roll_jitter_ms=_jitter_source(self.config, self._rng)(),
+        )
+        if segment.size:
+            # Stale files of a segment that is not part of the log (never expected): start over.
+            segment.delete_files()
+            segment = LogSegment(self.directory, new_base, self.config, self._clock)
+        segment.make_active()
+        self._segments.append(segment)
+        self._bases.append(new_base)
+        return segment
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def _segment_index_for(self, offset: int) -> int:
+        return max(0, bisect.bisect_right(self._bases, offset) - 1)
+
+    def read(
+        self,
+        start_offset: int,
+        max_bytes: int,
+        max_offset: int | None = None,
+        min_one: bool = True,
+    ) -> FetchDataInfo:
+        """Whole batches from the one holding `start_offset`, at most `max_bytes` (but at least one
+        batch when `min_one`), none holding offsets at or above `max_offset` (e.g. the HW).
+
+        Raises OffsetOutOfRangeError below the log start offset or beyond the LEO.
+        """
+        if start_offset < self._log_start_offset or start_offset > self._leo:
+            raise OffsetOutOfRangeError(start_offset, self._log_start_offset, self._leo)
+        if start_offset == self._leo:
+            return FetchDataInfo(self.log_end_offset_metadata, b"")
+        limit_index, limit_position = self._position_bound(max_offset)
+        index = self._segment_index_for(start_offset)
+        while index < len(self._segments):
+            segment = self._segments[index]
+            if index > limit_index:
+                break
+            max_position = limit_position if index == limit_index else None
+            info = segment.read(start_offset, max_bytes, max_position, min_one)
+            if info is not None:
+                return info
+            index += 1
+        # Everything from start_offset on was compacted away: nothing to return yet.
+        return FetchDataInfo(self.log_end_offset_metadata, b"")
+
+    def _position_bound(self, max_offset: int | None) -> tuple[int, int | None]:
+        """(segment index, byte position) of the first batch a read must not return."""
+        if max_offset is None or max_offset >= self._leo:
+            return len(self._segments) - 1, None
+        index = self._segment_index_for(max_offset)
+        found = self._segments[index].translate_offset(max_offset)
+        return index, (found[0] if found is not None else None)
+
+    def offset_metadata(self, offset: int) -> LogOffsetMetadata:
+        """Where `offset` lives (for HW and fetch positions); OffsetOutOfRangeError if absent."""
+        return self.read(offset, 1, min_one=False).fetch_offset_metadata
+
+    def fetch_offset_by_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
+        """ListOffsets: the first record with timestamp >= `timestamp` (or the -2/-1 sentinels)."""
+        if timestamp == EARLIEST_TIMESTAMP:
+            return TimestampAndOffset(NO_TIMESTAMP, self._log_start_offset)
+        if timestamp == LATEST_TIMESTAMP:
+            return TimestampAndOffset(NO_TIMESTAMP, self._leo)
+        for segment in self._segments:
+            if segment.size == 0 or segment.largest_timestamp < timestamp:
+                continue
+            found = segment.find_offset_by_timestamp(timestamp, self._log_start_offset)
+            if found is not None:
+                return found
+        return None
+
+    # -- truncation -------------------------------------------------------------------------------
+
+    def truncate_to(self, target_offset: int) -> bool:
+        """Remove every batch holding an offset >= `target_offset`; False when nothing to do.
+
+        Whole batches go, so the LEO becomes the end of the last batch kept: the target itself
+        when it is a batch boundary (truncation points — leader epoch start offsets, high
+        watermarks — always are). The caller should checkpoint recovery points afterwards (the
+        log manager's `truncate_to` does).
+        """
+        if target_offset < 0:
+            raise ValueError(f"negative truncation offset {target_offset}")
+        if target_offset >= self._leo:
+            return False
+        if self._segments[0].base_offset > target_offset:
+            self.truncate_fully_and_start_at(target_offset)
+            return True
+        keep = self._segment_index_for(target_offset)
+        self._retire(self._segments[keep + 1 :])
+        del self._segments[keep + 1 :]
+        del self._bases[keep + 1 :]
+        active = self.active_segment
+        active.truncate_to(target_offset)
+        active.make_active()
+        end = min(target_offset, active.read_next_offset())
+        if end < self._log_start_offset:
+            # The batch holding the log start offset went too: nothing readable is left, so the
+            # log restarts empty at the target rather than end below its own start.
+            self.truncate_fully_and_start_at(target_offset)
+            return True
+        self._leo = end
+        self.epoch_cache.truncate_from_end(self._leo)
+        self._recovery_point = min(self._recovery_point, self._leo)
+        self._high_watermark = min(self._high_watermark, self._leo)
+        return True
+
+    def truncate_fully_and_start_at(self, new_offset: int) -> None:
+        """Drop every segment and restart the log, empty, at `new_offset`."""
+        if new_offset < 0:
+            raise ValueError(f"negative offset {new_offset}")
+        self._retire(self._segments)
+        segment = LogSegment(
+            self.directory,
+            new_offset,
+            self.config,
+            self._clock,
+            roll_jitter_ms=_jitter_source(self.config, self._rng)(),
+        )
+        segment.make_active()
+        self._segments = [segment]
+        self._bases = [new_offset]
+        self._leo = new_offset
+        self._log_start_offset = new_offset
+        self._recovery_point = new_offset
+        self._high_watermark = new_offset
+        self.epoch_cache.clear()
+
+    def maybe_increment_log_start_offset(self, new_start_offset: int) -> bool:
+        """Raise the log start offset (DeleteRecords, follower catch-up); must not pass the HW."""
+        if new_start_offset > self._high_watermark:
+            raise OffsetOutOfRangeError(
+                new_start_offset, self._log_start_offset, self._high_watermark
+            )
+        if new_start_offset <= self._log_start_offset:
+            return False
+        self._log_start_offset = new_start_offset
+        self.epoch_cache.truncate_from_start(new_start_offset)
+        self._recovery_point = max(self._recovery_point, new_start_offset)
+        return True
+
+    # -- retention ------------------------------------------------------------------------------
+
+    def delete_old_segments(self) -> int:
+        """Retention pass: segments below the log start offset, then (with cleanup.policy delete)
+        by retention.ms and retention.bytes. Whole segments only, never the active one, never
+        one reaching the HW. Returns how many segments were removed from the log."""
+        deleted = self._delete_segments(
+            lambda segment, next_base: next_base <= self._log_start_offset
+        )
+        if not self.config.delete_retention:
+            return deleted
+        if self.config.retention_ms >= 0:
+            now_ms = self._clock.wall_ms()
+            deleted += self._delete_segments(
+                lambda segment, _: now_ms - segment.largest_timestamp > self.config.retention_ms
+            )
+        if self.config.retention_bytes >= 0:
+            excess = self.size_bytes - self.config.retention_bytes
+
+            def over_size(segment: LogSegment, _: int) -> bool:
+                nonlocal excess
+                if excess - segment.size < 0:
+                    return False
+                excess -= segment.size
+                return True
+
+            deleted += self._delete_segments(over_size)
+        return deleted
+
+    def _delete_segments(self, predicate: Callable[[LogSegment, int], bool]) -> int:
+        count = 0
+        for segment, successor in zip(self._segments, self._segments[1:], strict=False):
+            upper = successor.base_offset
+            if upper > self._high_watermark or not predicate(segment, upper):
+                break
+            count += 1
+        if count == 0:
+            return 0
+        self._retire(self._segments[:count])
+        del self._segments[:count]
+        del self._bases[:count]
+        self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
+        self._recovery_point = max(self._recovery_point, self._log_start_offset)
+        self.epoch_cache.truncate_from_start(self._log_start_offset)
+        return count
+
+    def _retire(self, segments: Sequence[LogSegment]) -> None:
+        """Rename to .deleted now; the files go after file.delete.delay.ms."""
+        due_ms = self._clock.monotonic_ms() + self.config.file_delete_delay_ms
+        for segment in list(segments):
+            segment.close_handles()
+            segment.change_suffix(segment.suffix, DELETED_SUFFIX)
+            self._deleted.append((due_ms, segment))
+
+    def take_deleted_segments(self, *, due_only: bool = True) -> list[LogSegment]:
+        """Hand over retired segments whose deletion delay has passed (all with due_only=False)."""
+        now_ms = self._clock.monotonic_ms()
+        due = [s for t, s in self._deleted if not due_only or t <= now_ms]
+        self._deleted = [(t, s) for t, s in self._deleted if due_only and t > now_ms]
+        return due
+
+    @staticmethod
+    def delete_segment_files(segments: Sequence[LogSegment]) -> None:
+        for segment in segments:
+            segment.delete_files()
+
+    @staticmethod
+    async def delete_segment_files_async(segments: Sequence[LogSegment]) -> None:
+        """Unlink retired segments' files in a worker thread (large unlinks can block)."""
+        if segments:
+            await asyncio.to_thread(Log.delete_segment_files, list(segments))
+
+    # -- durability -----------------------------------------------------------------------------
+
+    def _segments_to_flush(self, offset: int) -> list[LogSegment]:
+        first = self._segment_index_for(self._recovery_point)
+        return [s for s in self._segments[first:] if s.base_offset < offset]
+
+    def flush(self, offset: int | None = None) -> None:
+        """fsync everything below `offset` (default: the LEO) and advance the recovery point."""
+        offset = self._leo if offset is None else min(offset, self._leo)
+        if offset > self._recovery_point:
+            for segment in self._segments_to_flush(offset):
+                segment.flush()
+            self._recovery_point = offset
+        self._last_flush_ms = self._clock.monotonic_ms()
+
+    async def flush_async(self, offset: int | None = None) -> None:
+        """`flush` with the fsyncs in a worker thread. Pending index entries are written on the
+        caller's thread first, so the actor's state is never touched from the worker."""
+        offset = self._leo if offset is None else min(offset, self._leo)
+        if offset <= self._recovery_point:
+            self._last_flush_ms = self._clock.monotonic_ms()
+            return
+        handles: list[int] = []
+        for segment in self._segments_to_flush(offset):
+            handles.extend(segment.prepare_flush())
+        await asyncio.to_thread(_fsync_and_close, handles)
+        self._recovery_point = max(self._recovery_point, offset)
+        self._last_flush_ms = self._clock.monotonic_ms()
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close files (trimming the active indexes); retired segments are deleted now."""
+        if self._closed:
+            return
+        self._closed = True
+        for segment in self._segments:
+            segment.close()
+        self.delete_segment_files(self.take_deleted_segments(due_only=False))
+
+    def delete(self) -> None:
+        """Close and remove the whole partition directory (after the manager renamed it)."""
+        self._closed = True
+        for segment in self._segments:
+            segment.close_handles()
+        self.delete_segment_files(self.take_deleted_segments(due_only=False))
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(self.directory)
+
+    def rename_directory(self, new_directory: Path) -> None:
+        """Move the partition directory (deletion by rename); files stay open across it."""
+        os.replace(self.directory, new_directory)
+        self.directory = new_directory
+
+
+def _fsync_and_close(handles: list[int]) -> None:
+    try:
+        for handle in handles:
+            os.fsync(handle)
+    finally:
+        for handle in handles:
+            os.close(handle)
+
+
+def _jitter_source(config: LogConfig, rng: random.Random) -> Callable[[], int]:
+    """Kafka's segment.jitter.ms: a random amount below it, per segment (0 when unset)."""
+    limit = min(config.segment_jitter_ms, config.segment_ms)
+    return (lambda: rng.randrange(limit)) if limit > 0 else (lambda: 0)

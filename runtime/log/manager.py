@@ -1,0 +1,416 @@
+"""`LogManager`: the log dirs of one broker, the logs in them, and their background work.
+
+Per log dir (layouts in `runtime.log.checkpoints`):
+
+* ``.lock`` — held with ``flock(LOCK_EX | LOCK_NB)`` while a process uses the dir, so a second
+  broker on the same dir refuses to start (`LogDirLockedError`). The lock dies with the process.
+* ``.kafka_cleanshutdown`` — an empty marker written after every log was flushed and closed and
+  every checkpoint written; present at startup means no recovery scan. It is removed once the dir's
+  logs are loaded, so a crash from then on is seen as unclean.
+* ``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint`` — written by this class;
+  ``replication-offset-checkpoint`` (high watermarks) — written through `write_high_watermarks` by
+  the replica manager, read here to seed each log's HW.
+  A checkpoint that does not parse is ignored with a warning, since each fallback is safe
+  (recovery from offset 0, log start from the first segment, HW at the log start).
+* ``<topic>-<partition>/`` — one `Log` each; deleted partitions are renamed
+  ``<topic>-<partition>.<uuid>-delete`` at once and removed in the background.
+
+Background work (`run()`, all timed by the injected clock): retention every
+``log.retention.check.interval.ms``; flushing logs older than their ``flush.ms`` every
+``log.flush.scheduler.interval.ms``; fsync of rolled segments plus the recovery point checkpoint
+every ``log.flush.offset.checkpoint.interval.ms``; the log start offset checkpoint every
+``log.flush.start.offset.checkpoint.interval.ms``; removal of retired segments and deleted
+directories every second. Long steps (fsyncs, unlinks, recursive deletes) run in worker threads.
+
+Ownership: the manager runs on the broker's event loop. It calls a log's synchronous methods
+between awaits only, so each call is atomic with respect to the log's owner, as a message would be;
+`Log.flush_async` is written to tolerate appends while its fsyncs run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import random
+import shutil
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import anyio
+
+from runtime.clock import Clock
+from runtime.log.checkpoints import (
+    LOG_START_OFFSET_CHECKPOINT,
+    PARTITION_METADATA,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    OffsetCheckpointFile,
+    PartitionMetadataFile,
+    fsync_dir,
+)
+from runtime.log.config import LONG_MAX, LogConfig, LogManagerConfig
+from runtime.log.errors import (
+    CorruptCheckpointError,
+    InconsistentTopicIdError,
+    LogDirError,
+    LogDirLockedError,
+)
+from runtime.log.log import Log
+from runtime.log.partition_dir import TopicPartition, is_delete_dir, is_ignored_dir
+from runtime.log.recovery import RecoveryReport
+from runtime.log.segment import LogSegment
+
+LOCK_FILE: Final = ".lock"
+CLEAN_SHUTDOWN_FILE: Final = ".kafka_cleanshutdown"
+DELETER_INTERVAL_MS: Final = 1000
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedDir:
+    directory: Path
+    clean_shutdown: bool
+    reports: dict[TopicPartition, RecoveryReport]
+
+
+class LogManager:
+    def __init__(
+        self, config: LogManagerConfig, clock: Clock, *, rng: random.Random | None = None
+    ) -> None:
+        if not config.log_dirs:
+            raise ValueError("log.dirs is empty")
+        self.config = config
+        self._clock = clock
+        self._rng = rng if rng is not None else random.Random(0)
+        self._dirs = [Path(d).resolve() for d in config.log_dirs]
+        if len(set(self._dirs)) != len(self._dirs):
+            raise ValueError(f"duplicate entries in log.dirs: {config.log_dirs}")
+        self._lock_fds: dict[Path, int] = {}
+        self._logs: dict[TopicPartition, Log] = {}
+        self._dir_of: dict[TopicPartition, Path] = {}
+        self._topic_overrides: dict[str, Mapping[str, object]] = {}
+        self._retired_segments: list[LogSegment] = []
+        self._doomed_dirs: list[tuple[int, Path]] = []  # (due monotonic ms, renamed directory)
+
+    # -- startup --------------------------------------------------------------------------------
+
+    def _lock(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise LogDirLockedError(f"{directory} is in use by another process") from None
+        self._lock_fds[directory] = fd
+
+    def _unlock_all(self) -> None:
+        for fd in self._lock_fds.values():
+            os.close(fd)  # closing the descriptor releases the flock
+        self._lock_fds.clear()
+
+    def open(self) -> list[LoadedDir]:
+        """Lock every log dir and load its logs (recovering after an unclean shutdown). Blocking.
+
+        If another process holds any dir, nothing stays locked and LogDirLockedError is raised.
+        """
+        try:
+            for directory in self._dirs:
+                self._lock(directory)
+            return [self._load_dir(directory) for directory in self._dirs]
+        except BaseException:
+            self._unlock_all()
+            raise
+
+    async def open_async(self) -> list[LoadedDir]:
+        """`open` with each log dir loaded in its own worker thread."""
+        try:
+            for directory in self._dirs:
+                self._lock(directory)
+            loaded = await asyncio.gather(
+                *(asyncio.to_thread(self._load_dir, d) for d in self._dirs)
+            )
+            return list(loaded)
+        except BaseException:
+            self._unlock_all()
+            raise
+
+    def _load_dir(self, directory: Path) -> LoadedDir:
+        marker = directory / CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        recovery_points = _read_or_empty(directory / RECOVERY_POINT_CHECKPOINT)
+        start_offsets = _read_or_empty(directory / LOG_START_OFFSET_CHECKPOINT)
+        high_watermarks = _read_or_empty(directory / REPLICATION_OFFSET_CHECKPOINT)
+        reports: dict[TopicPartition, RecoveryReport] = {}
+        due_ms = self._clock.monotonic_ms()
+        for child in sorted(directory.iterdir()):
+            if not child.is_dir() or is_ignored_dir(child.name):
+                continue
+            if is_delete_dir(child.name):
+                self._doomed_dirs.append((due_ms, child))
+                continue
+            try:
+                tp = TopicPartition.from_dir_name(child.name)
+            except ValueError:
+                raise LogDirError(f"{child} is not a partition directory") from None
+            if tp in self._logs:
+                raise LogDirError(f"{tp} is in both {self._dir_of[tp]} and {directory}")
+            log = Log.open(
+                child,
+                self.config_for(tp.topic),
+                self._clock,
+                log_start_offset=start_offsets.get(tp, 0),
+                recovery_point=recovery_points.get(tp, 0),
+                high_watermark=high_watermarks.get(tp),
+                had_clean_shutdown=clean,
+                rng=random.Random(self._rng.random()),
+            )
+            self._logs[tp] = log
+            self._dir_of[tp] = directory
+            reports[tp] = log.recovery_report
+        if clean:
+            marker.unlink()
+            fsync_dir(directory)
+        return LoadedDir(directory, clean, reports)
+
+    # -- logs ---------------------------------------------------------------------------------
+
+    @property
+    def log_dirs(self) -> tuple[Path, ...]:
+        return tuple(self._dirs)
+
+    @property
+    def logs(self) -> dict[TopicPartition, Log]:
+        return dict(self._logs)
+
+    def get_log(self, tp: TopicPartition) -> Log | None:
+        return self._logs.get(tp)
+
+    def log_dir_of(self, tp: TopicPartition) -> Path | None:
+        return self._dir_of.get(tp)
+
+    def config_for(self, topic: str) -> LogConfig:
+        return self.config.default.with_overrides(self._topic_overrides.get(topic, {}))
+
+    def set_topic_config(self, topic: str, overrides: Mapping[str, object]) -> None:
+        """Per-topic overrides (Kafka topic config names); applied to the topic's open logs."""
+        config = self.config.default.with_overrides(overrides)  # validates before storing
+        self._topic_overrides[topic] = dict(overrides)
+        for tp, log in self._logs.items():
+            if tp.topic == topic:
+                log.config = config
+
+    def _next_log_dir(self) -> Path:
+        counts = dict.fromkeys(self._dirs, 0)
+        for directory in self._dir_of.values():
+            counts[directory] += 1
+        return min(self._dirs, key=lambda d: (counts[d], self._dirs.index(d)))
+
+    def get_or_create_log(self, tp: TopicPartition, *, topic_id: str | None = None) -> Log:
+        """The partition's log, created empty in the least loaded log dir if absent.
+
+        With `topic_id`, partition.metadata is written (or checked: InconsistentTopicIdError).
+        """
+        log = self._logs.get(tp)
+        if log is None:
+            directory = self._next_log_dir()
+            log = Log.open(
+                directory / tp.dir_name,
+                self.config_for(tp.topic),
+                self._clock,
+                rng=random.Random(self._rng.random()),
+            )
+            self._logs[tp] = log
+            self._dir_of[tp] = directory
+        if topic_id is not None:
+            metadata = PartitionMetadataFile(log.directory / PARTITION_METADATA)
+            existing = metadata.read()
+            if existing is None:
+                metadata.write(topic_id)
+            elif existing != topic_id:
+                raise InconsistentTopicIdError(
+                    f"{tp} belongs to topic id {existing}, not {topic_id}"
+                )
+        return log
+
+    def topic_id_of(self, tp: TopicPartition) -> str | None:
+        log = self._logs.get(tp)
+        if log is None:
+            return None
+        return PartitionMetadataFile(log.directory / PARTITION_METADATA).read()
+
+    def delete_log(self, tp: TopicPartition) -> Path | None:
+        """Take the log out of service: rename its directory to ``...-delete`` now, remove the
+        files in the background. Returns the new directory name, None if there was no log."""
+        log = self._logs.pop(tp, None)
+        directory = self._dir_of.pop(tp, None)
+        if log is None or directory is None:
+            return None
+        log.close()
+        doomed = directory / tp.delete_dir_name()
+        log.rename_directory(doomed)
+        fsync_dir(directory)
+        self._doomed_dirs.append((self._clock.monotonic_ms(), doomed))
+        self.checkpoint_recovery_points(directory)
+        self.checkpoint_log_start_offsets(directory)
+        return doomed
+
+    def truncate_to(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Truncate logs (follower becoming in sync with a new leader) and checkpoint recovery
+        points at once, so a crash cannot resurrect a recovery point above the truncation."""
+        for tp, offset in offsets.items():
+            log = self._logs.get(tp)
+            if log is not None:
+                log.truncate_to(offset)
+        for directory in self._dirs:
+            self.checkpoint_recovery_points(directory)
+
+    # -- checkpoints ----------------------------------------------------------------------------
+
+    def _logs_in(self, directory: Path) -> dict[TopicPartition, Log]:
+        return {tp: log for tp, log in self._logs.items() if self._dir_of[tp] == directory}
+
+    def checkpoint_recovery_points(self, directory: Path | None = None) -> None:
+        for d in [directory] if directory is not None else self._dirs:
+            offsets = {tp: log.recovery_point for tp, log in self._logs_in(d).items()}
+            OffsetCheckpointFile(d / RECOVERY_POINT_CHECKPOINT).write(offsets)
+
+    def checkpoint_log_start_offsets(self, directory: Path | None = None) -> None:
+        for d in [directory] if directory is not None else self._dirs:
+            offsets = {tp: log.log_start_offset for tp, log in self._logs_in(d).items()}
+            OffsetCheckpointFile(d / LOG_START_OFFSET_CHECKPOINT).write(offsets)
+
+    def write_high_watermarks(self, high_watermarks: Mapping[TopicPartition, int]) -> None:
+        """Write each log dir's replication-offset-checkpoint with its partitions' HWs."""
+        for d in self._dirs:
+            local = {tp: hw for tp, hw in high_watermarks.items() if self._dir_of.get(tp) == d}
+            OffsetCheckpointFile(d / REPLICATION_OFFSET_CHECKPOINT).write(local)
+
+    def read_high_watermarks(self) -> dict[TopicPartition, int]:
+        merged: dict[TopicPartition, int] = {}
+        for d in self._dirs:
+            merged.update(OffsetCheckpointFile(d / REPLICATION_OFFSET_CHECKPOINT).read())
+        return merged
+
+    # -- background work ------------------------------------------------------------------------
+
+    def cleanup_logs(self) -> int:
+        """One retention pass over every log; returns the number of segments retired."""
+        retired = 0
+        for log in list(self._logs.values()):
+            retired += log.delete_old_segments()
+        if retired:
+            self.checkpoint_log_start_offsets()
+        return retired
+
+    async def flush_dirty_logs(self) -> None:
+        now_ms = self._clock.monotonic_ms()
+        for log in list(self._logs.values()):
+            if now_ms - log.last_flush_ms >= log.config.flush_ms:
+                await log.flush_async()
+
+    async def checkpoint_recovery_points_async(self) -> None:
+        """fsync segments that were rolled since the last flush, then checkpoint."""
+        for log in list(self._logs.values()):
+            rolled_up_to = log.active_segment.base_offset
+            if rolled_up_to > log.recovery_point:
+                await log.flush_async(rolled_up_to)
+        self.checkpoint_recovery_points()
+
+    async def delete_retired_files(self) -> None:
+        """Remove segments and directories whose deletion delay has passed (worker thread)."""
+        for log in list(self._logs.values()):
+            self._retired_segments.extend(log.take_deleted_segments())
+        segments, self._retired_segments = self._retired_segments, []
+        now_ms = self._clock.monotonic_ms()
+        delay_ms = self.config.default.file_delete_delay_ms
+        dirs = [d for t, d in self._doomed_dirs if t + delay_ms <= now_ms]
+        self._doomed_dirs = [(t, d) for t, d in self._doomed_dirs if t + delay_ms > now_ms]
+        if segments:
+            await Log.delete_segment_files_async(segments)
+        for directory in dirs:
+            await asyncio.to_thread(shutil.rmtree, directory, True)
+
+    async def _every(self, interval_ms: int, action: Callable[[], Awaitable[None]]) -> None:
+        if interval_ms >= LONG_MAX:
+            return  # Kafka's "never"
+        while True:
+            await self._clock.sleep(interval_ms / 1000)
+            await action()
+
+    async def run(self) -> None:
+        """Run the background tasks until cancelled (the node owns this task)."""
+
+        async def retention() -> None:
+            self.cleanup_logs()
+
+        async def log_start_checkpoint() -> None:
+            self.checkpoint_log_start_offsets()
+
+        config = self.config
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._every, config.retention_check_interval_ms, retention)
+            group.start_soon(self._every, config.flush_scheduler_interval_ms, self.flush_dirty_logs)
+            group.start_soon(
+                self._every,
+                config.flush_offset_checkpoint_interval_ms,
+                self.checkpoint_recovery_points_async,
+            )
+            group.start_soon(
+                self._every,
+                config.flush_start_offset_checkpoint_interval_ms,
+                log_start_checkpoint,
+            )
+            group.start_soon(self._every, DELETER_INTERVAL_MS, self.delete_retired_files)
+
+    # -- shutdown -------------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Flush and close every log, write checkpoints and the clean-shutdown marker, unlock.
+
+        The marker is written only when everything before it succeeded.
+        """
+        try:
+            for log in self._logs.values():
+                log.flush()
+                log.close()
+            for directory in self._dirs:
+                self.checkpoint_recovery_points(directory)
+                self.checkpoint_log_start_offsets(directory)
+            for directory in self._dirs:
+                (directory / CLEAN_SHUTDOWN_FILE).touch()
+                fsync_dir(directory)
+        finally:
+            self._logs.clear()
+            self._dir_of.clear()
+            self._unlock_all()
+
+    async def shutdown_async(self) -> None:
+        """`shutdown` with the final fsyncs in worker threads first."""
+        for log in list(self._logs.values()):
+            await log.flush_async()
+        await asyncio.to_thread(self.shutdown)
+
+    def abandon(self) -> None:
+        """Release the dirs without flushing or marking a clean shutdown (tests: a crash)."""
+        for log in self._logs.values():
+            for segment in log.segments:
+                segment.close_handles()
+        self._logs.clear()
+        self._dir_of.clear()
+        self._unlock_all()
+
+
+def _read_or_empty(path: Path) -> dict[TopicPartition, int]:
+    """A checkpoint, or nothing if it does not parse. Every fallback is conservative: recovery
+    from offset 0 (a full scan), log start from the first segment, HW at the log start."""
+    try:
+        return OffsetCheckpointFile(path).read()
+    except CorruptCheckpointError as exc:
+        logger.warning("ignoring unreadable checkpoint: %s", exc)
+        return {}
