@@ -54,20 +54,21 @@ log = logging.getLogger(__name__)
 DEFAULT_TICK_MS = 1
 DEFAULT_WHEEL_SIZE = 20
 
+# A task's states, as module constants: they are read on every add and cancel.
+_PENDING = 0
+_FIRED = 1
+_CANCELLED = 2
+
 
 class TimerTask:
     """Something to run once at `deadline_ms`. Subclasses implement `run()`."""
 
     __slots__ = ("_bucket", "_state", "_timer", "deadline_ms")
 
-    _PENDING = 0
-    _FIRED = 1
-    _CANCELLED = 2
-
     def __init__(self, deadline_ms: int = 0) -> None:
         self.deadline_ms = deadline_ms
         self._bucket: _Bucket | None = None
-        self._state = TimerTask._PENDING
+        self._state = _PENDING
         # The Timer holding this task, so that cancelling keeps its pending count exact.
         self._timer: Timer | None = None
 
@@ -76,8 +77,8 @@ class TimerTask:
 
     def cancel(self) -> None:
         """Never run this task. Idempotent; a no-op once it has fired."""
-        if self._state == TimerTask._PENDING:
-            self._state = TimerTask._CANCELLED
+        if self._state == _PENDING:
+            self._state = _CANCELLED
             timer = self._timer
             if timer is not None:
                 timer._pending -= 1
@@ -88,11 +89,11 @@ class TimerTask:
 
     @property
     def cancelled(self) -> bool:
-        return self._state == TimerTask._CANCELLED
+        return self._state == _CANCELLED
 
     @property
     def fired(self) -> bool:
-        return self._state == TimerTask._FIRED
+        return self._state == _FIRED
 
 
 class CallbackTask(TimerTask):
@@ -104,7 +105,7 @@ class CallbackTask(TimerTask):
         # Fields set directly rather than via super().__init__: this is on the add path.
         self.deadline_ms = deadline_ms
         self._bucket = None
-        self._state = TimerTask._PENDING
+        self._state = _PENDING
         self._timer = None
         self.callback = callback
 
@@ -137,6 +138,7 @@ class TimingWheel:
         "buckets",
         "current_ms",
         "interval_ms",
+        "limit_ms",
         "now_ms",
         "tick_ms",
         "wheel_size",
@@ -157,6 +159,9 @@ class TimingWheel:
         self.wheel_size = wheel_size
         self.interval_ms = tick_ms * wheel_size
         self.current_ms = start_ms - start_ms % tick_ms
+        # Deadlines from here on belong to coarser wheels; kept with current_ms so that the add
+        # path compares once per level instead of dividing.
+        self.limit_ms = self.current_ms + self.interval_ms
         # The exact time of the last advance (current_ms is it rounded down to a tick); only
         # the root wheel uses it, to decide what is due.
         self.now_ms = start_ms
@@ -168,7 +173,7 @@ class TimingWheel:
     def add(self, task: TimerTask) -> bool:
         """Place `task` by its deadline. False if it is not pending or already due (then the
         caller runs it)."""
-        if task._state != TimerTask._PENDING:
+        if task._state != _PENDING:
             return False
         deadline = task.deadline_ms
         if deadline <= self.now_ms:
@@ -178,34 +183,35 @@ class TimingWheel:
                 task._bucket = None
             return False
         wheel = self
-        virtual_id = deadline // wheel.tick_ms
-        # Root buckets expire at the *last* millisecond of their tick, so that with a root tick
-        # above 1 ms a task still never fires early; coarser buckets expire at their first, so
-        # that they cascade into finer wheels in time. With a 1 ms root tick this is Kafka's
-        # placement exactly.
-        expire_at_end = wheel.tick_ms - 1
-        # Climb to the level whose span holds the deadline. A loop, not recursion: this is the
-        # add path.
-        while virtual_id >= wheel.current_ms // wheel.tick_ms + wheel.wheel_size:
-            overflow = wheel._overflow
-            if overflow is None:
-                overflow = wheel._overflow = TimingWheel(
-                    wheel.interval_ms,
-                    wheel.wheel_size,
-                    wheel.current_ms,
-                    _heap=wheel._heap,
-                    _seq=wheel._seq,
-                )
-            wheel = overflow
+        if deadline < wheel.limit_ms:
+            # Root buckets expire at the *last* millisecond of their tick, so that with a root
+            # tick above 1 ms a task still never fires early. With a 1 ms root tick this is
+            # Kafka's placement exactly.
             virtual_id = deadline // wheel.tick_ms
-            expire_at_end = 0
+            expiration = virtual_id * wheel.tick_ms + wheel.tick_ms - 1
+        else:
+            # Climb to the level whose span holds the deadline (a loop, not recursion: this is
+            # the add path). Coarser buckets expire at their first millisecond, so that they
+            # cascade into finer wheels in time.
+            while deadline >= wheel.limit_ms:
+                overflow = wheel._overflow
+                if overflow is None:
+                    overflow = wheel._overflow = TimingWheel(
+                        wheel.interval_ms,
+                        wheel.wheel_size,
+                        wheel.current_ms,
+                        _heap=wheel._heap,
+                        _seq=wheel._seq,
+                    )
+                wheel = overflow
+            virtual_id = deadline // wheel.tick_ms
+            expiration = virtual_id * wheel.tick_ms
         bucket = wheel.buckets[virtual_id % wheel.wheel_size]
         old = task._bucket
         if old is not None and old is not bucket:
             del old[task]
         bucket[task] = None
         task._bucket = bucket
-        expiration = virtual_id * wheel.tick_ms + expire_at_end
         if bucket.expiration != expiration:
             bucket.expiration = expiration
             heapq.heappush(wheel._heap, (expiration, next(wheel._seq), bucket))
@@ -276,6 +282,7 @@ class TimingWheel:
         wheel: TimingWheel | None = self
         while wheel is not None and time_ms >= wheel.current_ms + wheel.tick_ms:
             wheel.current_ms = time_ms - time_ms % wheel.tick_ms
+            wheel.limit_ms = wheel.current_ms + wheel.interval_ms
             wheel = wheel._overflow
 
 
@@ -306,11 +313,11 @@ class Timer:
 
     def add(self, task: TimerTask, delay_ms: int) -> None:
         """Run `task` once, `delay_ms` from now (0 or less: soon, never inside this call)."""
-        if self._closed:
-            raise RuntimeError(f"{self.name} is closed")
-        if task._timer is not None or task._state != TimerTask._PENDING:
+        if task._timer is not None or task._state != _PENDING or self._closed:
+            if self._closed:
+                raise RuntimeError(f"{self.name} is closed")
             raise ValueError(f"{task!r} was already added to a timer, or cancelled")
-        deadline_ms = self._now_ms() + (delay_ms if delay_ms > 0 else 0)
+        deadline_ms = self._now_ms() + delay_ms if delay_ms > 0 else self._now_ms()
         task.deadline_ms = deadline_ms
         task._timer = self
         self._pending += 1
@@ -361,9 +368,9 @@ class Timer:
         self._ready = []
         due.extend(self._wheel.advance_clock(self._clock.monotonic_ms()))
         for task in due:
-            if task._state != TimerTask._PENDING:
+            if task._state != _PENDING:
                 continue
-            task._state = TimerTask._FIRED
+            task._state = _FIRED
             self._pending -= 1
             try:
                 task.run()
