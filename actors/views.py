@@ -1,0 +1,69 @@
+"""Immutable snapshots and purgatory keys shared by the replication actors.
+
+Actors never read each other's fields. A PartitionActor publishes a `PartitionView` after every
+change (replacing it whole), and delayed operations, fetch planning and the ReplicaManager read
+the latest view. A view is a frozen value, so a reader can keep it as long as it likes: it may be
+stale, never torn.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from runtime.log.offsets import LogOffsetMetadata
+from runtime.log.partition_dir import TopicPartition
+
+NO_LEADER = -1
+
+
+class Role(enum.Enum):
+    """A hosted replica's role; its legal moves are a table in actors/partition.py."""
+
+    NONE = "none"  # created, no LeaderAndIsr applied yet
+    LEADER = "leader"
+    FOLLOWER = "follower"
+    OFFLINE = "offline"  # its log failed or it was stopped; serves nothing
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionView:
+    topic_partition: TopicPartition
+    role: Role
+    local_broker_id: int
+    leader_id: int  # NO_LEADER when none
+    leader_epoch: int
+    partition_epoch: int
+    replicas: tuple[int, ...]
+    # The ISR the controller committed, and the one the leader uses for the high watermark and
+    # acks=all while an AlterPartition is in flight (committed ISR plus any replica being added:
+    # Kafka's "maximal ISR"). Equal when nothing is pending.
+    isr: tuple[int, ...]
+    maximal_isr: tuple[int, ...]
+    high_watermark: LogOffsetMetadata
+    log_end_offset: LogOffsetMetadata
+    log_start_offset: int
+    # The first offset of the current leader epoch on this replica (KAFKA-7128: a follower joins
+    # the ISR only once its LEO reaches it).
+    leader_epoch_start_offset: int
+
+    @property
+    def is_leader(self) -> bool:
+        return self.role is Role.LEADER
+
+
+class WatchKind(enum.Enum):
+    """Which delayed operations a purgatory key wakes: produce requests waiting for the high
+    watermark, consumer fetches waiting for it, or follower fetches waiting for new appends."""
+
+    PRODUCE = "produce"
+    CONSUMER_FETCH = "consumer-fetch"
+    FOLLOWER_FETCH = "follower-fetch"
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPartitionKey:
+    """A purgatory watch key (Kafka's TopicPartitionOperationKey, split by kind)."""
+
+    topic_partition: TopicPartition
+    kind: WatchKind
