@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
 import ssl
-import subprocess
 from collections import deque
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -165,26 +163,6 @@ async def _prove(client: Client, secret: bytes) -> ErrorCode:
     if final.error is ErrorCode.NONE:
         prover.on_server_proof(final.auth_bytes)
     return final.error
-
-
-@pytest.fixture(scope="module")
-def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    if shutil.which("openssl") is None:
-        pytest.skip("needs the openssl command to make a certificate")
-    directory = tmp_path_factory.mktemp("tls")
-    cert, key = directory / "cert.pem", directory / "key.pem"
-    subprocess.run(
-        [
-            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-            "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-            "-addext", "subjectAltName=IP:127.0.0.1",
-            "-keyout", str(key), "-out", str(cert),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=30,
-    )  # fmt: skip
-    return cert, key
 
 
 async def test_tls_listener_with_cluster_credential(certificate: tuple[Path, Path]) -> None:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
 import ssl
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,28 +12,6 @@ from runtime.net import tcp
 from runtime.net.transport import Address, Stream
 
 TIMEOUT_S = 5.0
-
-pytestmark = pytest.mark.skipif(
-    shutil.which("openssl") is None, reason="needs the openssl command to make a certificate"
-)
-
-
-@pytest.fixture(scope="module")
-def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    directory = tmp_path_factory.mktemp("tls")
-    cert, key = directory / "cert.pem", directory / "key.pem"
-    subprocess.run(
-        [
-            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-            "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-            "-addext", "subjectAltName=IP:127.0.0.1",
-            "-keyout", str(key), "-out", str(cert),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=30,
-    )  # fmt: skip
-    return cert, key
 
 
 def _contexts(cert: Path, key: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
