@@ -35,6 +35,10 @@ run: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench.timers
+	$(PY) -m bench.mailbox
+	$(PY) -m bench.records
+	$(PY) -m bench.storage
+	$(PY) -m bench.rpc
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
