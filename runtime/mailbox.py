@@ -1,12 +1,13 @@
 """A bounded, closable, single-consumer queue: the mailbox of an actor.
 
 Hand-written rather than `asyncio.Queue` or an anyio memory object stream because the mailbox is
-on every message's path and neither library fits as well: `bench/mailbox.py` measures all three
-in one run (see the README of bench/), and this one is the fastest of the three because it does
-exactly one thing: a deque, one parked consumer future, a FIFO of parked producers. It also
-carries the two typed errors actors need (`MailboxFull` for `try_tell`, `MailboxClosed` once
-stopped), which an asyncio.Queue lacks (it cannot be closed), and, unlike anyio's stream, it does
-not yield to the loop on a put that has room (anyio's `send` always checkpoints).
+on every message's path and neither library is as fast or fits as well. `python -m bench.mailbox`
+measures all three in one run; on this project's 2-core machine (one producer awaiting room, one
+consumer, capacity 1024) it showed about 0.7-1.4 us per message here, 1.5-1.9x that for
+asyncio.Queue and 9-15x for anyio's stream, whose `send` always yields to the loop even when there
+is room. The mailbox does one thing: a deque, one parked consumer future, a FIFO of parked
+producers. It also carries the two typed errors actors need (`MailboxFull` for `try_tell`,
+`MailboxClosed` once stopped), which an asyncio.Queue lacks (it cannot be closed).
 
 Not thread-safe: producers and the consumer run on the event-loop thread.
 """
