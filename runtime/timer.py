@@ -317,11 +317,21 @@ class Timer:
             if self._closed:
                 raise RuntimeError(f"{self.name} is closed")
             raise ValueError(f"{task!r} was already added to a timer, or cancelled")
-        deadline_ms = self._now_ms() + delay_ms if delay_ms > 0 else self._now_ms()
+        now_ms = self._now_ms()
+        wheel = self._wheel
+        if now_ms > wheel.now_ms:
+            # The wheel only moves on alarms, so after an idle spell it lags the clock; placing a
+            # task against a stale current time could put it in a bucket that has already
+            # expired. Catch up first (at most once per millisecond, so cheap on this path).
+            caught_up = wheel.advance_clock(now_ms)
+            if caught_up:
+                self._ready.extend(caught_up)
+                self._arm()
+        deadline_ms = now_ms + delay_ms if delay_ms > 0 else now_ms
         task.deadline_ms = deadline_ms
         task._timer = self
         self._pending += 1
-        if self._wheel.add(task):
+        if wheel.add(task):
             alarm_at_ms = self._alarm_at_ms
             if alarm_at_ms is None or deadline_ms < alarm_at_ms:
                 self._arm()

@@ -143,3 +143,30 @@ async def test_system_clock_drives_the_timer() -> None:
     timer.call_later(2, done.set)
     await asyncio.wait_for(done.wait(), timeout=5)
     assert timer.pending == 0
+
+
+async def test_a_task_added_after_an_idle_spell_fires_on_time() -> None:
+    # The wheel moves only on alarms; with none armed it lags the clock, and a task placed
+    # against the stale time would land in an already expired bucket and fire late.
+    clock = ManualClock()
+    timer = Timer(clock)
+    rec = Recorder(clock)
+    clock.advance(20)
+    timer.add(rec.task("after-idle"), 8)
+    clock.advance(1_000)
+    assert rec.fired == [("after-idle", 28)]
+
+
+async def test_tasks_due_while_the_wheel_lagged_still_fire() -> None:
+    clock = ManualClock()
+    timer = Timer(clock)
+    rec = Recorder(clock)
+    timer.add(rec.task("early"), 5)
+    # Move the clock past the deadline without letting the alarm run, then add: the catch-up
+    # inside add must not lose the task that fell due meanwhile.
+    clock._now_ns = 50 * 1_000_000
+    timer.add(rec.task("late"), 10)
+    await asyncio.sleep(0)
+    clock.advance(100)
+    assert [name for name, _ in rec.fired] == ["early", "late"]
+    assert timer.pending == 0
