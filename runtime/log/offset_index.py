@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -63,9 +64,19 @@ class OffsetIndex(IndexFile):
             )
         if not 0 <= relative <= INT32_MAX:
             self.relative(offset)  # raises OffsetOverflowError with the details
-        assert not self._values or position > self._values[-1], (position, self.last_position)
+        values = self._values
+        assert not values or position > values[-1], (position, self.last_position)
         keys.append(relative)
-        self._values.append(position)
+        values.append(position)
+
+    def unchecked_appenders(self) -> tuple[Callable[[int], None], Callable[[int], None]]:
+        """The bound ``append`` of the relative-offset array and of the position array, for the
+        segment's fast append path: it checks the range itself, and order holds there by
+        construction (offsets and positions only grow between the checked appends that arm
+        it). An entry is added on nearly every produce request, where `append`'s checks and
+        call cost more than the entry. The arrays live as long as the index (truncation
+        deletes in place), so the bound methods stay valid."""
+        return self._keys.append, self._values.append
 
     def lookup(self, offset: int) -> OffsetPosition:
         slot = bisect.bisect_right(self._keys, offset - self.base_offset) - 1

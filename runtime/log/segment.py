@@ -12,8 +12,10 @@ During swaps and deletion every file of a segment carries one more suffix: ``.cl
 Appends add one offset index entry (and maybe a time index entry) when more than
 ``index.interval.bytes`` were written since the last one, as Kafka's LogSegment does. A segment
 holds at most 2^31-1 bytes and relative offsets up to 2^31-1, the limits of the 4-byte index
-fields. Crash policy: `recover()` re-validates every batch, truncates at the first bad or torn one
-and rebuilds both indexes; `sanity_check()` is the cheap test a cleanly closed segment must pass.
+fields. The produce path appends through `append_unless_roll`, whose fast path skips the checks
+that cannot have changed since the last full one (see there). Crash policy: `recover()`
+re-validates every batch, truncates at the first bad or torn one and rebuilds both indexes;
+`sanity_check()` is the cheap test a cleanly closed segment must pass.
 
 Not thread-safe: owned by one `Log`, hence one actor (or a loader thread before publication).
 """
@@ -93,7 +95,11 @@ class LogSegment:
         self.suffix = suffix
         self._config = config
         self._clock = clock
-        self.roll_jitter_ms = roll_jitter_ms
+        self._roll_jitter_ms = roll_jitter_ms
+        # Fixed for the segment's life (its config never changes), read on every append.
+        self._roll_after_ms = config.segment_ms - roll_jitter_ms
+        self._segment_bytes = config.segment_bytes
+        self._index_interval_bytes = config.index_interval_bytes
         prefix = directory / file_name_prefix(base_offset)
         self.log_path = Path(f"{prefix}{LOG_SUFFIX}{suffix}")
         self.offset_index = OffsetIndex(
@@ -115,6 +121,19 @@ class LogSegment:
         self._offset_of_max_ts = base_offset
         self._rolling_based_ts: int | None = None
         self._rolling_ts_loaded = False
+        # Positive only while every condition `append_unless_roll` skips is known to hold (see
+        # there): then it is a lower bound of the free entries in either index, spent by one per
+        # index entry. Any other change to the segment zeroes it, and the next append, through
+        # the full checks, re-arms it. Zero is always safe.
+        self._fast_index_room = 0
+        self._fast_timestamp_limit = -1
+        self._fast_offset_limit = -1
+        self._fast_time_indexed_ts = NO_TIMESTAMP
+        self._fast_size_limit = -1
+        self._fast_max_ts = NO_TIMESTAMP
+        self._fast_append_index_offset, self._fast_append_index_position = (
+            self.offset_index.unchecked_appenders()
+        )
 
     def __repr__(self) -> str:
         return (
@@ -126,6 +145,10 @@ class LogSegment:
     @property
     def size(self) -> int:
         return self._size
+
+    @property
+    def roll_jitter_ms(self) -> int:
+        return self._roll_jitter_ms
 
     def read_next_offset(self) -> int:
         """One past the last offset in the segment (the base offset when empty).
@@ -195,24 +218,121 @@ class LogSegment:
             self._rolling_ts_loaded = True
         if largest_timestamp < 0:
             self._last_modified_ms = self._clock.wall_ms()
-        written = os.pwritev(self._fd, chunks, position)
-        if written < size:  # a short write (disk full, signal): finish from a joined copy
-            joined = memoryview(b"".join(chunks))
-            while written < size:
-                written += os.pwrite(self._fd, joined[written:], position + written)
-        self._size = position + size
+        self._write(chunks, size, position)
         max_ts = self._max_ts
         if max_ts is None:
             max_ts = self.max_timestamp_so_far
         if largest_timestamp > max_ts:
             max_ts = self._max_ts = largest_timestamp
             self._offset_of_max_ts = offset_of_max_timestamp
-        if self._bytes_since_last_index_entry > self._config.index_interval_bytes:
-            self.offset_index.append(largest_offset, position)
-            self.time_index.maybe_append(max_ts, self._offset_of_max_ts)
-            self._bytes_since_last_index_entry = size
+        if self._bytes_since_last_index_entry > self._index_interval_bytes:
+            self._add_index_entries(largest_offset, position, size)
         else:
             self._bytes_since_last_index_entry += size
+        self._fast_index_room = self._fast_append_room()
+
+    def append_unless_roll(
+        self,
+        largest_offset: int,
+        largest_timestamp: int,
+        offset_of_max_timestamp: int,
+        chunks: Sequence[bytes | bytearray | memoryview],
+        size: int,
+    ) -> bool:
+        """`should_roll`, then `append` when no roll is due; False (nothing appended) when the
+        segment must roll first.
+
+        Why this exists: it is the produce hot path, where `should_roll` + `append` cost more
+        Python than the CRC of a 16 KB batch. The conditions that only change when an index
+        entry is added or the segment is otherwise changed (non-empty, rolling timestamp and
+        max timestamp loaded and usable, room in the indexes) are folded into
+        `_fast_index_room` and limits set when it is armed, so an append checks only what each
+        batch can change (size, relative offset, age by timestamp) and writes. Anything else
+        takes the full checks; both paths leave the segment in the same state (tested).
+        """
+        position = self._size
+        if not (
+            self._fast_index_room > 0
+            and 0 <= largest_timestamp <= self._fast_timestamp_limit
+            and position <= self._fast_size_limit - size
+            and self.base_offset <= largest_offset <= self._fast_offset_limit
+        ):
+            if self.should_roll(size, largest_timestamp, largest_offset, self._clock):
+                return False
+            self.append(largest_offset, largest_timestamp, offset_of_max_timestamp, chunks, size)
+            return True
+        written = os.pwritev(self._fd, chunks, position)
+        if written < size:
+            self._finish_write(chunks, written, size, position)
+        self._size = position + size
+        max_ts = self._fast_max_ts
+        if largest_timestamp > max_ts:
+            self._max_ts = self._fast_max_ts = max_ts = largest_timestamp
+            self._offset_of_max_ts = offset_of_max_timestamp
+        if self._bytes_since_last_index_entry > self._index_interval_bytes:
+            # `_add_index_entries`, inlined (with 16 KB batches and Kafka's 4 KB interval, every
+            # append adds an entry). The time index call is skipped when it would add nothing:
+            # since arming, this path is the only writer of the time index, so the time index's
+            # last timestamp is `_fast_time_indexed_ts`.
+            self._fast_append_index_offset(largest_offset - self.base_offset)
+            self._fast_append_index_position(position)
+            if max_ts > self._fast_time_indexed_ts:
+                self.time_index.maybe_append(max_ts, self._offset_of_max_ts)
+                self._fast_time_indexed_ts = max_ts
+            self._bytes_since_last_index_entry = size
+            self._fast_index_room -= 1
+        else:
+            self._bytes_since_last_index_entry += size
+        return True
+
+    def _fast_append_room(self) -> int:
+        """Arm `append_unless_roll`'s fast path: returns the free entries in the fuller index when
+        the slowly changing part of `should_roll` is false and `append`'s branches are the
+        common ones (non-empty, rolling and max timestamps loaded and >= 0), else 0; sets the
+        limits the fast path compares against."""
+        rolling = self._rolling_based_ts
+        max_ts = self._max_ts
+        if not (
+            self._size > 0
+            and self._rolling_ts_loaded
+            and rolling is not None
+            and rolling >= 0
+            and max_ts is not None
+        ):
+            return 0
+        # should_roll's age test, `timestamp - rolling > roll_after_ms`, turned into a limit.
+        self._fast_timestamp_limit = rolling + self._roll_after_ms
+        self._fast_offset_limit = self.base_offset + INT32_MAX
+        # Past INT32_MAX `append` asserts; the full path gets there, the fast one never does.
+        self._fast_size_limit = min(self._segment_bytes, INT32_MAX)
+        self._fast_max_ts = max_ts  # `_max_ts` without its None (the fast path keeps both)
+        self._fast_time_indexed_ts = self.time_index.last_entry.timestamp
+        offsets, times = self.offset_index, self.time_index
+        self._fast_append_index_offset, self._fast_append_index_position = (
+            offsets.unchecked_appenders()
+        )
+        return max(0, min(offsets.max_entries - offsets.entries, times.max_entries - times.entries))
+
+    def _write(self, chunks: Sequence[bytes | bytearray | memoryview], size: int, at: int) -> None:
+        written = os.pwritev(self._fd, chunks, at)
+        if written < size:
+            self._finish_write(chunks, written, size, at)
+        self._size = at + size
+
+    def _finish_write(
+        self, chunks: Sequence[bytes | bytearray | memoryview], written: int, size: int, at: int
+    ) -> None:
+        """After a short write (disk full, signal): write the rest from a joined copy."""
+        joined = memoryview(b"".join(chunks))
+        while written < size:
+            written += os.pwrite(self._fd, joined[written:], at + written)
+
+    def _add_index_entries(self, largest_offset: int, position: int, size: int) -> None:
+        """An offset index entry for the batches just written at `position` (and a time index
+        entry when the max timestamp grew): more than index.interval.bytes preceded them."""
+        self.offset_index.append(largest_offset, position)
+        self.time_index.maybe_append(self.max_timestamp_so_far, self._offset_of_max_ts)
+        self._bytes_since_last_index_entry = size
 
     # -- lookups ------------------------------------------------------------------------------
 
@@ -304,17 +424,18 @@ class LogSegment:
             or not 0 <= relative <= INT32_MAX
             or self.offset_index.is_full
             or self.time_index.is_full
-            or self.time_waited_for_roll(clock, max_timestamp)
-            > config.segment_ms - self.roll_jitter_ms
+            or self.time_waited_for_roll(clock, max_timestamp) > self._roll_after_ms
         )
 
     def on_become_inactive(self) -> None:
         """Roll: record the final max timestamp and trim both indexes to their entries."""
+        self._fast_index_room = 0
         self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far)
         self.offset_index.trim()
         self.time_index.trim()
 
     def make_active(self) -> None:
+        self._fast_index_room = 0
         self.offset_index.preallocate(self._config.segment_index_bytes)
         self.time_index.preallocate(self._config.segment_index_bytes)
 
@@ -322,6 +443,7 @@ class LogSegment:
 
     def recover(self, epoch_cache: LeaderEpochCache | None = None) -> SegmentRecovery:
         """Revalidate every batch, truncate at the first bad one, rebuild the indexes."""
+        self._fast_index_room = 0
         self.offset_index.reset()
         self.time_index.reset()
         valid = 0
@@ -370,6 +492,7 @@ class LogSegment:
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch whose last offset is >= `offset`; returns the bytes removed."""
+        self._fast_index_room = 0
         found = self.translate_offset(offset)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
@@ -439,6 +562,7 @@ class LogSegment:
         return handles
 
     def close(self) -> None:
+        self._fast_index_room = 0
         if self._fd < 0:
             return
         if self._size:
@@ -452,6 +576,7 @@ class LogSegment:
 
     def close_handles(self) -> None:
         """Release file handles without trimming (before deleting the files)."""
+        self._fast_index_room = 0
         self.offset_index.close_handle()
         self.time_index.close_handle()
         if self._fd >= 0:

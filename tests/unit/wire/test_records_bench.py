@@ -21,7 +21,13 @@ def test_benchmark_batch_is_a_valid_16k_batch() -> None:
 
 def test_measure_reports_every_figure() -> None:
     result = measure(runs=1, iterations=5)
-    for key in ("validate_patch_ns", "crc32c_only_ns", "validate_ns", "patch_ns"):
+    for key in (
+        "validate_patch_ns",
+        "append_validate_patch_ns",
+        "crc32c_only_ns",
+        "validate_ns",
+        "patch_ns",
+    ):
         value = result[key]
         assert isinstance(value, float)
         assert value > 0
