@@ -43,19 +43,24 @@ from actors.partition_messages import (
     ACKS_ALL,
     ACKS_LEADER,
     ACKS_NONE,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
     NO_EPOCH,
+    NO_TIMESTAMP,
     AlterPartitionCompleted,
     AppendAsFollower,
     AppendAsLeader,
     BecomeFollower,
     BecomeLeader,
     EpochEndOffset,
+    FetchOffsetForTimestamp,
     FollowerAppendResult,
     GetView,
     LastOffsetForEpoch,
     LeaderAppendResult,
     LeadershipResult,
     MaybeShrinkIsr,
+    OffsetForTimestampResult,
     PartitionState,
     ReadRecords,
     ReadResult,
@@ -657,6 +662,7 @@ class PartitionActor(Actor):
     # -- publishing and failure ---------------------------------------------------------------
 
     def _build_view(self) -> PartitionView:
+        latest_epoch = self._log.latest_epoch
         return PartitionView(
             topic_partition=self.topic_partition,
             role=self._role,
@@ -671,6 +677,7 @@ class PartitionActor(Actor):
             log_end_offset=self._log.log_end_offset_metadata,
             log_start_offset=self._log.log_start_offset,
             leader_epoch_start_offset=self._leader_epoch_start_offset,
+            latest_epoch=-1 if latest_epoch is None else latest_epoch,
         )
 
     def _publish(
@@ -696,3 +703,43 @@ class PartitionActor(Actor):
             # Waiters must learn that this replica serves nothing any more.
             self._publish(leadership=True)
             raise ActorFatalError(f"{self.name}: log failure during {what}: {error!r}") from error
+
+    @handles(FetchOffsetForTimestamp)
+    def _fetch_offset_for_timestamp(
+        self, message: FetchOffsetForTimestamp
+    ) -> OffsetForTimestampResult:
+        error = self._check_fetch_permission(
+            message.current_leader_epoch, message.fetch_only_from_leader
+        )
+        if error is not None:
+            return OffsetForTimestampResult(error)
+        partition_log = self._log
+        is_consumer = message.replica_id < 0
+        last_fetchable = (
+            partition_log.high_watermark if is_consumer else partition_log.log_end_offset
+        )
+        # A new leader whose high watermark has not yet reached the start of its own epoch does
+        # not know what is committed: consumers must retry rather than get an offset that may be
+        # too low (Kafka's OFFSET_NOT_AVAILABLE, KIP-207).
+        not_available = (
+            is_consumer
+            and self._role is Role.LEADER
+            and self._leader_epoch_start_offset > partition_log.high_watermark
+        )
+        if message.timestamp == LATEST_TIMESTAMP:
+            if not_available:
+                return OffsetForTimestampResult(ErrorCode.OFFSET_NOT_AVAILABLE)
+            return OffsetForTimestampResult(
+                ErrorCode.NONE, NO_TIMESTAMP, last_fetchable, self._leader_epoch
+            )
+        found = partition_log.fetch_offset_by_timestamp(message.timestamp)
+        if found is None or (
+            message.timestamp != EARLIEST_TIMESTAMP and found.offset >= last_fetchable
+        ):
+            if not_available:
+                return OffsetForTimestampResult(ErrorCode.OFFSET_NOT_AVAILABLE)
+            return OffsetForTimestampResult(ErrorCode.NONE)
+        epoch = partition_log.epoch_cache.epoch_for_offset(found.offset)
+        return OffsetForTimestampResult(
+            ErrorCode.NONE, found.timestamp, found.offset, NO_EPOCH if epoch is None else epoch
+        )

@@ -19,6 +19,10 @@ from wire.messages.control import LeaderAndIsrPartitionState
 
 CONSUMER_REPLICA_ID = -1  # Kafka's replica id of a consumer's fetch
 NO_EPOCH = -1  # a request's current_leader_epoch of -1 skips the epoch check (KIP-320)
+EARLIEST_TIMESTAMP = -2  # ListOffsets: the log start
+LATEST_TIMESTAMP = -1  # ListOffsets: the end (the HW for consumers)
+NO_TIMESTAMP = -1
+UNKNOWN_OFFSET = -1
 ACKS_NONE, ACKS_LEADER, ACKS_ALL = 0, 1, -1
 
 
@@ -201,3 +205,22 @@ class LastOffsetForEpoch(Ask[EpochEndOffset]):
 @dataclass(frozen=True, slots=True)
 class GetView(Ask[PartitionView]):
     pass
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetForTimestampResult:
+    error: ErrorCode
+    timestamp: int = NO_TIMESTAMP
+    offset: int = UNKNOWN_OFFSET
+    leader_epoch: int = NO_EPOCH
+
+
+@dataclass(frozen=True, slots=True)
+class FetchOffsetForTimestamp(Ask[OffsetForTimestampResult]):
+    """ListOffsets for one partition. `timestamp` is a time in ms, or LATEST (-1) / EARLIEST (-2).
+    A consumer (`replica_id` < 0) sees only up to the high watermark; a replica up to the LEO."""
+
+    timestamp: int
+    current_leader_epoch: int = NO_EPOCH
+    replica_id: int = -1
+    fetch_only_from_leader: bool = True

@@ -46,6 +46,9 @@ class PartitionView:
     # The first offset of the current leader epoch on this replica (KAFKA-7128: a follower joins
     # the ISR only once its LEO reaches it).
     leader_epoch_start_offset: int
+    # The largest epoch in this replica's leader-epoch cache (-1 when empty): where a follower's
+    # truncation by epoch starts (KIP-101/279).
+    latest_epoch: int = -1
 
     @property
     def is_leader(self) -> bool:
