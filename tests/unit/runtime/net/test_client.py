@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -42,20 +41,6 @@ from wire.records import build_batch
 
 SEED = 20261122
 SECRET = b"0123456789abcdef-cluster-secret"
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-async def cluster(clock: ManualClock) -> AsyncIterator[ScriptedCluster]:
-    cluster = ScriptedCluster(clock, brokers=2, seed=SEED)
-    cluster.create_topic("t", [0, 1])
-    await cluster.start()
-    yield cluster
-    await cluster.stop()
 
 
 def produce_request(tp: TopicPartition, value: bytes = b"v") -> ProduceRequest:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -27,20 +26,6 @@ from wire.records import build_batch
 SEED = 777
 TP0 = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-async def cluster(clock: ManualClock) -> AsyncIterator[ScriptedCluster]:
-    cluster = ScriptedCluster(clock, brokers=2, seed=SEED)
-    cluster.create_topic("t", [0, 1])
-    await cluster.start()
-    yield cluster
-    await cluster.stop()
 
 
 def append(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -21,20 +20,6 @@ from wire.messages import ApiKey
 from wire.records import CompressionType, Record, iter_batches, iter_records
 
 SEED = 4242
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-async def cluster(clock: ManualClock) -> AsyncIterator[ScriptedCluster]:
-    cluster = ScriptedCluster(clock, brokers=2, seed=SEED)
-    cluster.create_topic("t", [0, 1])
-    await cluster.start()
-    yield cluster
-    await cluster.stop()
 
 
 def stored(cluster: ScriptedCluster, tp: TopicPartition) -> list[Record]:
