@@ -227,6 +227,7 @@ class ReplicaManager(Actor):
         self._metadata = metadata_cache if metadata_cache is not None else MetadataCache()
         self._on_leadership_change = on_leadership_change
         self._partitions: dict[TopicPartition, PartitionActor] = {}
+        self._aborting = False
         self._routes: Routes = _EMPTY_ROUTES
         self._controller_epoch = -1
         self._broker_epoch = NO_BROKER_EPOCH
@@ -263,6 +264,12 @@ class ReplicaManager(Actor):
 
     # -- lifecycle ----------------------------------------------------------------------------
 
+    async def abort(self) -> None:
+        """Stop as a killed process would: queued requests are rejected and no last
+        high-watermark checkpoint is written (for crash tests and simulations)."""
+        self._aborting = True
+        await self.stop(drain=False)
+
     async def on_start(self) -> None:
         self._every(self.config.replica_lag_time_max_ms // 2, self._expire_isr)
 
@@ -275,8 +282,9 @@ class ReplicaManager(Actor):
         self._pending_fetchers.clear()
         actors = list(self._partitions.values())
         await asyncio.gather(*(actor.stop() for actor in actors))
-        # The last HW checkpoint, as Kafka's shutdown writes one (a clean restart keeps its HWs).
-        if self._checkpointing:
+        # The last HW checkpoint, as Kafka's shutdown writes one (a clean restart keeps its HWs);
+        # not when aborting, which stands for a killed process.
+        if self._checkpointing and not self._aborting:
             self._checkpoint_high_watermarks()
         self._partitions.clear()
         self._publish_routes()

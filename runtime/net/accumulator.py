@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from runtime.net.metadata import TopicPartition
+from runtime.log.partition_dir import TopicPartition
 
 BATCH_HEADER_BYTES = 61
 RECORD_OVERHEAD_BYTES = 5 + 1 + 10 + 5 + 5 + 5 + 5

@@ -39,6 +39,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from runtime.clock import NS_PER_MS, Clock
+from runtime.log.partition_dir import TopicPartition
 from runtime.net import auth
 from runtime.net.backoff import ExponentialBackoff
 from runtime.net.client_config import ClientConfig
@@ -66,7 +67,6 @@ from runtime.net.metadata import (
     MetadataCache,
     PartitionInfo,
     TopicInfo,
-    TopicPartition,
 )
 from runtime.net.transport import Address, Transport
 from wire.errors import ErrorCode, KafkaError

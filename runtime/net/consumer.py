@@ -43,10 +43,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from runtime.clock import NS_PER_MS
+from runtime.log.partition_dir import TopicPartition
 from runtime.net.client import Client
 from runtime.net.client_config import ConsumerConfig
 from runtime.net.client_errors import ClientClosedError, ClientError, invalidates_metadata
-from runtime.net.metadata import TopicPartition
 from wire.errors import ErrorCode, KafkaError
 from wire.messages import (
     FetchPartition,

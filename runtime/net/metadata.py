@@ -23,19 +23,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from runtime.log.partition_dir import TopicPartition
 from runtime.net.transport import Address
 
 NO_LEADER = -1
 UNKNOWN_EPOCH = -1
-
-
-@dataclass(frozen=True, slots=True)
-class TopicPartition:
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,7 @@ import random
 from collections.abc import Iterable, Sequence
 
 from runtime.clock import NS_PER_MS
+from runtime.log.partition_dir import TopicPartition
 from runtime.net.accumulator import (
     Headers,
     PendingRecord,
@@ -55,7 +56,6 @@ from runtime.net.client_errors import (
     invalidates_metadata,
     is_retriable,
 )
-from runtime.net.metadata import TopicPartition
 from runtime.net.partitioner import DefaultPartitioner
 from wire.errors import ErrorCode, KafkaError
 from wire.messages import (

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.clock import NS_PER_MS, Clock, ManualClock
+from runtime.log.partition_dir import TopicPartition
 from runtime.net.client import Client
 from runtime.net.client_config import ClientConfig
 from runtime.net.memory import MemoryNetwork
-from runtime.net.metadata import TopicPartition
 from runtime.net.server import Handler, RequestContext, Server
 from runtime.net.transport import Address
 from wire.errors import ErrorCode

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from runtime.clock import ManualClock
+from runtime.log.partition_dir import TopicPartition
 from runtime.net.client import Client
 from runtime.net.client_config import ClientConfig
 from runtime.net.client_connection import ConnectionState
@@ -21,7 +22,6 @@ from runtime.net.client_errors import (
     RequestTimeoutError,
     UnknownBrokerError,
 )
-from runtime.net.metadata import TopicPartition
 from runtime.net.server import RequestContext
 from runtime.net.transport import Address
 from tests.unit.runtime.net.scripted_cluster import ScriptedCluster, advance_until, settle

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from runtime.clock import ManualClock
+from runtime.log.partition_dir import TopicPartition
 from runtime.net.client_config import ClientConfig, ConsumerConfig
 from runtime.net.client_errors import ClientClosedError
 from runtime.net.consumer import (
@@ -17,7 +18,6 @@ from runtime.net.consumer import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
-from runtime.net.metadata import TopicPartition
 from tests.unit.runtime.net.scripted_cluster import ScriptedCluster, advance_until, settle
 from wire.errors import ErrorCode, KafkaError
 from wire.messages import ApiKey

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from runtime.log.partition_dir import TopicPartition
 from runtime.net.consumer import RecordTooLargeError, decode_fetched
-from runtime.net.metadata import TopicPartition
 from wire.records import CorruptRecordError, build_batch, patch_batch
 
 TP = TopicPartition("t", 0)

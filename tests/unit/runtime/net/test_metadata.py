@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from runtime.log.partition_dir import TopicPartition
 from runtime.net.metadata import (
     NO_LEADER,
     BrokerNode,
     MetadataCache,
     PartitionInfo,
     TopicInfo,
-    TopicPartition,
 )
 from runtime.net.transport import Address
 

@@ -8,10 +8,10 @@ import itertools
 import pytest
 
 from runtime.clock import ManualClock
+from runtime.log.partition_dir import TopicPartition
 from runtime.net.accumulator import RecordMetadata
 from runtime.net.client_config import ACKS_ALL, ClientConfig, ProducerConfig
 from runtime.net.client_errors import ClientClosedError, DeliveryTimeoutError
-from runtime.net.metadata import TopicPartition
 from runtime.net.partitioner import partition_for_key
 from runtime.net.producer import Producer
 from tests.unit.runtime.net.scripted_cluster import ScriptedCluster, advance_until, settle

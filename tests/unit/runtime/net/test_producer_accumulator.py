@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from runtime.log.partition_dir import TopicPartition
 from runtime.net.accumulator import (
     BATCH_HEADER_BYTES,
     PendingRecord,
@@ -13,7 +14,6 @@ from runtime.net.accumulator import (
     RecordMetadata,
     estimate_record_bytes,
 )
-from runtime.net.metadata import TopicPartition
 
 TP = TopicPartition("t", 0)
 OTHER = TopicPartition("t", 1)

@@ -15,11 +15,11 @@ import asyncio
 import pytest
 
 from runtime.clock import ManualClock
+from runtime.log.partition_dir import TopicPartition
 from runtime.net.accumulator import RecordMetadata
 from runtime.net.client_config import ClientConfig, ConsumerConfig, ProducerConfig
 from runtime.net.consumer import Consumer
 from runtime.net.memory import LinkConfig
-from runtime.net.metadata import TopicPartition
 from runtime.net.producer import Producer
 from tests.unit.runtime.net.scripted_cluster import ScriptedCluster, settle
 from wire.records import iter_batches, iter_records

@@ -1,0 +1,128 @@
+"""`BrokerConfig`: one broker's settings, read from Kafka's property names.
+
+A node's property map holds every component's settings; each component reads its own keys
+through its own `from_properties` (log manager, replica manager, replica fetchers, request
+server, fetch clients), and this class gathers them with the few keys that belong to the node
+itself:
+
+    broker.id              this broker's id (required)
+    listeners              comma-separated `NAME://host:port`; the native listener is served
+    controller.address     `host:port` of the controller (AlterPartition goes there)
+    message.max.bytes      the largest produce batch the data path accepts
+
+The value is immutable: a node is configured once, at construction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from actors.fetcher import ReplicaFetcherConfig
+from actors.metadata_cache import DEFAULT_LISTENER
+from actors.replica_manager import ReplicaManagerConfig
+from actors.request_path import DEFAULT_MESSAGE_MAX_BYTES
+from runtime.log.config import LogManagerConfig
+from runtime.net.client_config import ClientConfig
+from runtime.net.server import ServerConfig
+from runtime.net.transport import Address
+
+DEFAULT_LISTENERS = f"{DEFAULT_LISTENER}://127.0.0.1:9092"
+
+
+def parse_listeners(text: str) -> dict[str, Address]:
+    """`NAME://host:port,...` -> {name: address}; names are case-insensitive as in Kafka."""
+    listeners: dict[str, Address] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        name, sep, address = part.partition("://")
+        if not sep or not name:
+            raise ValueError(f"listeners: expected NAME://host:port, got {part!r}")
+        key = name.lower()
+        if key in listeners:
+            raise ValueError(f"listeners: {key} named twice")
+        listeners[key] = Address.parse(address)
+    if not listeners:
+        raise ValueError("listeners is empty")
+    return listeners
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    broker_id: int
+    listeners: Mapping[str, Address] = field(
+        default_factory=lambda: parse_listeners(DEFAULT_LISTENERS)
+    )
+    controller_address: Address | None = None
+    message_max_bytes: int = DEFAULT_MESSAGE_MAX_BYTES
+    log: LogManagerConfig = field(default_factory=LogManagerConfig)
+    replication: ReplicaManagerConfig | None = None
+    fetcher: ReplicaFetcherConfig = field(default_factory=ReplicaFetcherConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
+    # The clients of the replica fetchers and of the AlterPartition sender.
+    client: ClientConfig = field(default_factory=ClientConfig)
+
+    def __post_init__(self) -> None:
+        if self.broker_id < 0:
+            raise ValueError(f"broker.id must be >= 0: {self.broker_id}")
+        if self.message_max_bytes < 1:
+            raise ValueError(f"message.max.bytes must be >= 1: {self.message_max_bytes}")
+        if self.replication is not None and self.replication.broker_id != self.broker_id:
+            raise ValueError("replication settings are for another broker id")
+        if self.listener_name not in self.listeners:
+            raise ValueError(f"listeners has no {self.listener_name} listener")
+
+    @property
+    def replica_manager(self) -> ReplicaManagerConfig:
+        return self.replication or ReplicaManagerConfig(self.broker_id)
+
+    @property
+    def listener_name(self) -> str:
+        return (self.replication or ReplicaManagerConfig(self.broker_id)).inter_broker_listener
+
+    @property
+    def listen_address(self) -> Address:
+        """The address the native listener binds (port 0: any free port)."""
+        return self.listeners[self.listener_name]
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, object]) -> BrokerConfig:
+        if "broker.id" not in properties:
+            raise ValueError("broker.id is required")
+        broker_id = _int(properties, "broker.id", -1)
+        controller = properties.get("controller.address")
+        return cls(
+            broker_id,
+            listeners=parse_listeners(str(properties.get("listeners", DEFAULT_LISTENERS))),
+            controller_address=None if controller is None else Address.parse(str(controller)),
+            message_max_bytes=_int(properties, "message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES),
+            log=LogManagerConfig.from_properties(properties),
+            replication=ReplicaManagerConfig.from_properties(broker_id, properties),
+            fetcher=ReplicaFetcherConfig.from_properties(properties),
+            server=ServerConfig.from_properties(properties),
+            client=ClientConfig.from_properties(_client_properties(properties)),
+        )
+
+
+def _client_properties(properties: Mapping[str, object]) -> dict[str, object]:
+    """The client keys a broker honours (others, like a server's, are not the client's)."""
+    keys = {
+        "request.timeout.ms",
+        "socket.connection.setup.timeout.ms",
+        "reconnect.backoff.ms",
+        "reconnect.backoff.max.ms",
+        "retry.backoff.ms",
+        "retry.backoff.max.ms",
+    }
+    return {k: v for k, v in properties.items() if k in keys}
+
+
+def _int(properties: Mapping[str, object], key: str, default: int) -> int:
+    raw = properties.get(key, default)
+    if isinstance(raw, bool) or not isinstance(raw, int | str):
+        raise ValueError(f"{key}: expected an integer, got {raw!r}")
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{key}: expected an integer, got {raw!r}") from None

@@ -1,0 +1,357 @@
+"""`BrokerNode`: the composition root of one broker process.
+
+It builds and wires the broker's parts and owns their lifetimes:
+
+    LogManager              the log dirs (open: lock, load, recover; background run() task)
+    DelayedOperations       the produce and fetch purgatories
+    ReplicaFetcherManager   follower fetchers, one Client per fetcher over the node's transport
+                            (Fetch is data-plane: no credential)
+    AlterPartitionManager   ISR proposals to the controller, over a Client holding the cluster
+                            credential (AlterPartition is control-plane)
+    ReplicaManager          the actor for LeaderAndIsr / StopReplica / UpdateMetadata; it is the
+                            supervisor of the partition actors (a fatal log error marks that
+                            partition offline and is logged, the broker keeps serving)
+    RequestPath             Produce / Fetch / ListOffsets / OffsetForLeaderEpoch
+    Server                  the native listener, handlers by API key; control-plane requests
+                            are served only on connections that proved the cluster secret
+
+Start order is bottom-up (logs, then what appends to them, then the listener), so no request
+can reach a part that is not running. Clean shutdown (`stop()`) is the reverse, as in Kafka's
+KafkaServer.shutdown: stop accepting requests, stop the fetchers (no more follower appends),
+stop the ReplicaManager (its partition actors stop and it writes the last high-watermark
+checkpoint), close the purgatories, stop the AlterPartitionManager, then the LogManager flushes
+every log, writes the recovery points and log start offsets, and writes the clean-shutdown
+marker. `crash()` is the test double of a killed process: it stops every task without any of
+those steps and leaves the on-disk checkpoints as they were at the moment of the crash.
+
+Ownership and why no lock: every part runs on the event loop thread; the node only starts and
+stops them (in `start()`, `stop()` and `crash()`, which the owner calls one at a time) and
+forwards requests. It keeps no mutable broker state of its own beyond the lifecycle state and the
+broker epoch, which only `set_broker_epoch` changes. No task outlives `stop()` or `crash()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+from collections.abc import Mapping
+from typing import Final
+
+from actors.alter_partition_manager import AlterPartitionManager
+from actors.delayed import DelayedOperations
+from actors.fetcher import BrokerEndpoint, FetcherClient
+from actors.fetcher_manager import ReplicaFetcherManager
+from actors.replica_manager import (
+    HandleLeaderAndIsr,
+    HandleStopReplica,
+    HandleUpdateMetadata,
+    ReplicaManager,
+    SetBrokerEpoch,
+)
+from actors.request_path import RequestPath
+from runtime.broker_config import BrokerConfig
+from runtime.clock import Clock
+from runtime.log.manager import LoadedDir, LogManager
+from runtime.net.client import Client
+from runtime.net.server import Handler, RequestContext, Server
+from runtime.net.transport import Address, Transport
+from wire.messages import (
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    ApiKey,
+    FetchRequest,
+    FetchResponse,
+    LeaderAndIsrRequest,
+    LeaderAndIsrResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    MetadataRequest,
+    MetadataResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+    ProduceRequest,
+    ProduceResponse,
+    Request,
+    Response,
+    StopReplicaRequest,
+    StopReplicaResponse,
+    UpdateMetadataRequest,
+    UpdateMetadataResponse,
+)
+
+log = logging.getLogger(__name__)
+
+NO_BROKER_EPOCH: Final = -1
+
+
+class NodeState(enum.Enum):
+    NEW = "new"
+    RUNNING = "running"
+    STOPPED = "stopped"
+
+
+# The lifecycle as a table: start once, stop (cleanly or by crash) once. A stopped node is not
+# restarted: a restart builds a new node over the same log dirs, as a new process would.
+_TRANSITIONS: Final[Mapping[tuple[NodeState, str], NodeState]] = {
+    (NodeState.NEW, "start"): NodeState.RUNNING,
+    (NodeState.RUNNING, "stop"): NodeState.STOPPED,
+    (NodeState.RUNNING, "crash"): NodeState.STOPPED,
+}
+
+
+class IllegalNodeTransitionError(RuntimeError):
+    pass
+
+
+class BrokerNode:
+    """One broker: `await start()`, serve, then `await stop()` (or `crash()` in tests)."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        *,
+        transport: Transport,
+        clock: Clock,
+        cluster_secret: bytes,
+        controller: Address | None = None,
+    ) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        self.clock = clock
+        self._transport = transport
+        self._secret = cluster_secret
+        controller = controller if controller is not None else config.controller_address
+        if controller is None:
+            raise ValueError("the broker needs the controller's address (controller.address)")
+        self.controller = controller
+        self.state = NodeState.NEW
+        self.broker_epoch = NO_BROKER_EPOCH
+        self.loaded: list[LoadedDir] = []  # what LogManager.open reported (clean or recovered)
+
+        self.log_manager = LogManager(config.log, clock)
+        self.delayed = DelayedOperations(clock)
+        self._fetch_clients: set[_FetchClient] = set()
+        # Built below; the fetchers and the ReplicaManager need each other's lookups.
+        self.replica_manager: ReplicaManager
+        self.fetchers = ReplicaFetcherManager(
+            self.broker_id,
+            self._fetch_client,
+            lambda tp: self.replica_manager.partition(tp),
+            clock,
+            config.fetcher,
+        )
+        self._control_client = Client(
+            [controller],
+            transport=transport,
+            clock=clock,
+            client_id=f"broker-{self.broker_id}-alter-partition",
+            config=config.client,
+            credential=cluster_secret,
+        )
+        self.alter_partition = AlterPartitionManager(
+            self.broker_id,
+            self._send_alter_partition,
+            clock,
+            broker_epoch=lambda: self.broker_epoch,
+            topic_id=lambda topic: self.replica_manager.metadata.topic_id(topic),
+        )
+        self.replica_manager = ReplicaManager(
+            config.replica_manager,
+            self.log_manager,
+            self.fetchers,
+            self.delayed,
+            self.alter_partition,
+            clock=clock,
+        )
+        self.request_path = RequestPath(
+            self.replica_manager.partition,
+            self.delayed,
+            message_max_bytes=config.message_max_bytes,
+            # Per-topic overrides are not kept yet: the broker's min.insync.replicas for all.
+            min_insync_replicas=lambda topic: config.replica_manager.min_insync_replicas,
+        )
+        self.server = Server(
+            transport,
+            config.listen_address,
+            self._handlers(),
+            clock=clock,
+            config=config.server,
+            cluster_secret=cluster_secret,
+        )
+        self._log_task: asyncio.Task[None] | None = None
+
+    # -- wiring ---------------------------------------------------------------------------------
+
+    def _fetch_client(self, leader: BrokerEndpoint, fetcher_id: int) -> FetcherClient:
+        client = Client(
+            [leader.address],
+            transport=self._transport,
+            clock=self.clock,
+            client_id=f"broker-{self.broker_id}-fetcher-{fetcher_id}",
+            config=self.config.client,
+        )
+        owned = _FetchClient(client, self._fetch_clients)
+        self._fetch_clients.add(owned)
+        return owned
+
+    async def _send_alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionResponse:
+        response = await self._control_client.send(self.controller, request)
+        assert isinstance(response, AlterPartitionResponse), response
+        return response
+
+    def _handlers(self) -> dict[int, Handler]:
+        return {
+            ApiKey.METADATA: self._metadata,
+            ApiKey.PRODUCE: self._produce,
+            ApiKey.FETCH: self._fetch,
+            ApiKey.LIST_OFFSETS: self._list_offsets,
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: self._offset_for_leader_epoch,
+            ApiKey.LEADER_AND_ISR: self._leader_and_isr,
+            ApiKey.STOP_REPLICA: self._stop_replica,
+            ApiKey.UPDATE_METADATA: self._update_metadata,
+        }
+
+    # -- handlers (the server refuses the control-plane ones on unauthenticated connections) ----
+
+    async def _metadata(self, request: MetadataRequest, ctx: RequestContext) -> MetadataResponse:
+        return self.replica_manager.metadata.metadata_response(
+            request, listener=self.config.listener_name
+        )
+
+    async def _produce(self, request: ProduceRequest, ctx: RequestContext) -> ProduceResponse:
+        # With acks=0 Kafka sends no response. The server answers every request, and the
+        # client's acks=0 path (send_only) drops an answer that does come, so answering is
+        # harmless; the appends are done either way.
+        return await self.request_path.produce(request)
+
+    async def _fetch(self, request: FetchRequest, ctx: RequestContext) -> FetchResponse:
+        return await self.request_path.fetch(request)
+
+    async def _list_offsets(
+        self, request: ListOffsetsRequest, ctx: RequestContext
+    ) -> ListOffsetsResponse:
+        return await self.request_path.list_offsets(request)
+
+    async def _offset_for_leader_epoch(
+        self, request: OffsetForLeaderEpochRequest, ctx: RequestContext
+    ) -> OffsetForLeaderEpochResponse:
+        return await self.request_path.offset_for_leader_epoch(request)
+
+    async def _leader_and_isr(
+        self, request: LeaderAndIsrRequest, ctx: RequestContext
+    ) -> LeaderAndIsrResponse:
+        return await self.replica_manager.ask(HandleLeaderAndIsr(request))
+
+    async def _stop_replica(
+        self, request: StopReplicaRequest, ctx: RequestContext
+    ) -> StopReplicaResponse:
+        return await self.replica_manager.ask(HandleStopReplica(request))
+
+    async def _update_metadata(
+        self, request: UpdateMetadataRequest, ctx: RequestContext
+    ) -> UpdateMetadataResponse:
+        return await self.replica_manager.ask(HandleUpdateMetadata(request))
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def _move(self, event: str) -> None:
+        target = _TRANSITIONS.get((self.state, event))
+        if target is None:
+            raise IllegalNodeTransitionError(f"broker {self.broker_id}: {event} while {self.state}")
+        self.state = target
+
+    @property
+    def address(self) -> Address:
+        """The bound address of the native listener (the real port when port 0 was asked)."""
+        return self.server.address
+
+    @property
+    def had_clean_shutdown(self) -> bool:
+        """Every log dir had the clean-shutdown marker at start (no recovery scan ran)."""
+        return bool(self.loaded) and all(d.clean_shutdown for d in self.loaded)
+
+    async def start(self) -> None:
+        self._move("start")
+        self.loaded = await self.log_manager.open_async()
+        try:
+            self._log_task = asyncio.get_running_loop().create_task(
+                self.log_manager.run(), name=f"log-manager@{self.broker_id}"
+            )
+            await self.alter_partition.start()
+            await self.replica_manager.start()
+            await self.server.start()
+        except BaseException:
+            await self._abort()
+            raise
+        log.info("broker %d serving at %s", self.broker_id, self.server.address)
+
+    async def set_broker_epoch(self, broker_epoch: int) -> None:
+        """The epoch the controller's registration answered (issue 6); fences older requests."""
+        self.broker_epoch = broker_epoch
+        await self.replica_manager.ask(SetBrokerEpoch(broker_epoch))
+
+    async def stop(self) -> None:
+        """Clean shutdown; afterwards the log dirs hold the clean-shutdown marker."""
+        self._move("stop")
+        await self.server.stop()
+        await self.fetchers.shutdown()
+        await self.replica_manager.stop()  # partition actors stop; last HW checkpoint
+        self.delayed.close()
+        await self.alter_partition.stop()
+        await self._stop_log_task()
+        await self.log_manager.shutdown_async()
+        await self._close_clients()
+        log.info("broker %d stopped cleanly", self.broker_id)
+
+    async def crash(self) -> None:
+        """Stop every task as a killed process would: no flush, no checkpoint, no marker.
+
+        The caller should cut the node's network links first (as the harness does): the
+        server then has no connection to drain, so nothing here waits on the clock.
+        """
+        self._move("crash")
+        await self._abort()
+        log.info("broker %d crashed (test)", self.broker_id)
+
+    async def _abort(self) -> None:
+        await self.server.stop()
+        await self.fetchers.shutdown()
+        await self.replica_manager.abort()
+        self.delayed.close()
+        await self.alter_partition.stop()
+        await self._stop_log_task()
+        self.log_manager.abandon()
+        await self._close_clients()
+
+    async def _stop_log_task(self) -> None:
+        task, self._log_task = self._log_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _close_clients(self) -> None:
+        fetch_clients = list(self._fetch_clients)
+        await asyncio.gather(
+            self._control_client.close(), *(client.close() for client in fetch_clients)
+        )
+
+
+class _FetchClient:
+    """A fetcher's client that leaves the node's set when its fetcher closes it, so the node
+    closes at shutdown only the clients still open (a replaced fetcher closes its own)."""
+
+    def __init__(self, client: Client, owner: set[_FetchClient]) -> None:
+        self._client = client
+        self._owner = owner
+
+    async def send(
+        self, target: Address, request: Request, *, timeout_ms: float | None = None
+    ) -> Response:
+        return await self._client.send(target, request, timeout_ms=timeout_ms)
+
+    async def close(self) -> None:
+        self._owner.discard(self)
+        await self._client.close()
