@@ -16,10 +16,10 @@ EXIT_USAGE = 2
 
 def _cmd_up(args: argparse.Namespace) -> int:
     print(
-        "ketch up: the local cluster is not built yet. It needs the storage engine (issue 3), "
-        "the wire protocol and networking (issue 4), replication (issue 5) and the controller "
-        "(issue 6). Built so far: clock, actor kernel, timing wheel, purgatory "
-        "(see `make bench`).",
+        "ketch up: the local cluster cannot start yet. Storage, the wire protocol, networking "
+        "and the broker's replication layer are built; it still needs the controller (broker "
+        "registration, heartbeats, elections; issue 6) and the process wiring of `ketch up` "
+        "(issue 7).",
         file=sys.stderr,
     )
     return EXIT_USAGE
