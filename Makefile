@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(PY) -m bench.records
 	$(PY) -m bench.storage
 	$(PY) -m bench.rpc
+	$(PY) -m bench.replication
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -154,7 +154,7 @@ async def _echo_serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
         writer.close()
 
 
-async def _floor(requests: int, warmup: int, serial: Tally, windowed: Tally) -> None:
+async def echo_floor(requests: int, warmup: int, serial: Tally, windowed: Tally) -> None:
     server = await asyncio.start_server(_echo_serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -280,7 +280,7 @@ async def _server_with_client(requests: int, warmup: int, serial: Tally, windowe
 
 System = Callable[[int, int, Tally, Tally], Awaitable[None]]
 SYSTEMS: dict[str, System] = {
-    "floor": _floor,
+    "floor": echo_floor,
     "rpc": _server_with_client,
     "server": _server_with_minimal_client,
 }
