@@ -43,6 +43,7 @@ from actors.alter_partition_manager import AlterPartitionManager
 from actors.delayed import DelayedOperations
 from actors.fetcher import BrokerEndpoint, FetcherClient
 from actors.fetcher_manager import ReplicaFetcherManager
+from actors.partition_messages import ACKS_NONE
 from actors.replica_manager import (
     HandleLeaderAndIsr,
     HandleStopReplica,
@@ -220,11 +221,12 @@ class BrokerNode:
             request, listener=self.config.listener_name
         )
 
-    async def _produce(self, request: ProduceRequest, ctx: RequestContext) -> ProduceResponse:
-        # With acks=0 Kafka sends no response. The server answers every request, and the
-        # client's acks=0 path (send_only) drops an answer that does come, so answering is
-        # harmless; the appends are done either way.
-        return await self.request_path.produce(request)
+    async def _produce(
+        self, request: ProduceRequest, ctx: RequestContext
+    ) -> ProduceResponse | None:
+        response = await self.request_path.produce(request)
+        # With acks=0 Kafka sends no response (the appends are done either way).
+        return None if request.acks == ACKS_NONE else response
 
     async def _fetch(self, request: FetchRequest, ctx: RequestContext) -> FetchResponse:
         return await self.request_path.fetch(request)

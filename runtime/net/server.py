@@ -141,7 +141,7 @@ class RequestContext:
     cluster_member: bool  # the connection proved the cluster credential
 
 
-Handler = Callable[[Any, RequestContext], Awaitable[Response]]
+Handler = Callable[[Any, RequestContext], Awaitable[Response | None]]
 """`handler(request, ctx) -> response`; registered by API key, called for every version."""
 
 
@@ -287,7 +287,13 @@ class _Connection:
     ) -> None:
         try:
             response = await handler(request, context)
-            frame = _response_frame(context.correlation_id, response.to_body())
+            # None: the request gets no response (Kafka's Produce with acks=0); its slot still
+            # keeps its place so later responses are not written ahead of earlier ones.
+            frame = (
+                b""
+                if response is None
+                else _response_frame(context.correlation_id, response.to_body())
+            )
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if current is not None and current.cancelling():
@@ -337,8 +343,9 @@ class _Connection:
                     frames.append(frame)
                     pending.popleft()
                 self.wake_reader()
-                if not self.closed:
-                    await self.stream.send(frames[0] if len(frames) == 1 else b"".join(frames))
+                data = frames[0] if len(frames) == 1 else b"".join(frames)
+                if data and not self.closed:
+                    await self.stream.send(data)
         except OSError as exc:
             _log.debug("cannot answer %s: %s", self.stream.peer, exc)
             self.pending.clear()

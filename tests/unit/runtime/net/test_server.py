@@ -197,6 +197,35 @@ async def test_a_slow_request_holds_back_only_the_responses_behind_it() -> None:
         assert [second.correlation_id, third.correlation_id] == [1, 2]
 
 
+async def test_a_handler_answering_none_sends_nothing_and_keeps_the_order() -> None:
+    # Kafka's Produce with acks=0: no response, and the requests around it answer in order.
+    gate = Gate()
+
+    async def silent_when_odd(
+        request: MetadataRequest, ctx: RequestContext
+    ) -> MetadataResponse | None:
+        response = await gate(request, ctx)
+        return None if ctx.correlation_id % 2 else response
+
+    async with Harness({ApiKey.METADATA: silent_when_odd}) as h:
+        client = await h.connect()
+        for cid in range(5):
+            await client.send(cid, MetadataRequest())
+        await until(lambda: len(gate.started) == 5, "five handlers running")
+        for cid in reversed(range(5)):
+            gate.open(cid)
+        answered = []
+        for _ in range(3):
+            envelope = await client.response()
+            assert envelope is not None
+            answered.append(envelope.correlation_id)
+        assert answered == [0, 2, 4]
+        await client.send(5, ApiVersionsRequest())
+        envelope = await client.response()
+        assert envelope is not None
+        assert envelope.correlation_id == 5, "a silent request left a response behind"
+
+
 async def test_in_flight_cap_stops_reading_until_a_response_is_written() -> None:
     gate = Gate()
     config = ServerConfig(queued_max_requests=2)
