@@ -6,12 +6,14 @@ OffsetForLeaderEpoch."""
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from actors.views import Role
 from runtime.log.partition_dir import TopicPartition
 from tests.unit.actors.replica_manager_harness import (
     BROKER_ID,
@@ -384,3 +386,34 @@ async def test_fetch_max_bytes_keeps_the_first_data_and_drops_what_does_not_fit(
     # A max_bytes below one batch still returns that batch (the consumer must progress).
     tiny = only_fetch_answer(await broker.path.fetch(replace(one, max_bytes=1)))
     assert len(tiny.records) == len(big)
+
+
+# -- log failure -----------------------------------------------------------------------------------
+
+
+async def test_a_log_failure_takes_the_partition_offline(broker: Broker) -> None:
+    """Kafka's offline partition: the write that hits the failing disk and every request after it
+    get KAFKA_STORAGE_ERROR; the partition leaves the fetchers and its delayed operations."""
+    await broker.leader_and_isr(partition_state(BROKER_ID, EPOCH, [BROKER_ID]))
+    first = only_produce_answer(await broker.path.produce(produce_request(batch(), acks=1)))
+    assert first.error_code == ErrorCode.NONE
+    partition_log = broker.log_manager.get_log(TP)
+    assert partition_log is not None
+    segment = partition_log.active_segment
+    # The disk "fails": the segment's descriptor becomes read-only, so the next write raises
+    # OSError (EBADF) inside the partition actor, while closing it at teardown still works.
+    read_only = os.open(segment.log_path, os.O_RDONLY)
+    try:
+        os.dup2(read_only, segment._fd)
+    finally:
+        os.close(read_only)
+    failed = only_produce_answer(await broker.path.produce(produce_request(batch(), acks=1)))
+    assert failed.error_code == ErrorCode.KAFKA_STORAGE_ERROR
+    actor = broker.manager.partition(TP)
+    assert actor is not None
+    await settle(lambda: actor.failure is not None and not actor.running)
+    again = only_produce_answer(await broker.path.produce(produce_request(batch(), acks=1)))
+    assert again.error_code == ErrorCode.KAFKA_STORAGE_ERROR
+    fetched = only_fetch_answer(await broker.path.fetch(fetch_request(0)))
+    assert fetched.error_code == ErrorCode.KAFKA_STORAGE_ERROR
+    assert actor.view.role is Role.OFFLINE
