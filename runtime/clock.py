@@ -138,12 +138,6 @@ class ManualClock:
     def pending_alarms(self) -> int:
         return sum(1 for _, _, alarm in self._alarms if not alarm.cancelled)
 
-    def next_deadline_ns(self) -> int | None:
-        for deadline_ns, _, alarm in sorted(self._alarms):
-            if not alarm.cancelled:
-                return deadline_ns
-        return None
-
     def advance(self, delta_ms: float) -> None:
         """Move time forward by `delta_ms`, running every alarm that falls due on the way."""
         if delta_ms < 0:
