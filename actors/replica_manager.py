@@ -61,6 +61,7 @@ from runtime.log.manager import LogManager
 from runtime.log.partition_dir import TopicPartition
 from wire.errors import ErrorCode
 from wire.messages import (
+    LEADER_AND_ISR_FULL,
     ZERO_UUID,
     LeaderAndIsrPartitionError,
     LeaderAndIsrRequest,
@@ -354,6 +355,8 @@ class ReplicaManager(Actor):
                 error_code=fenced, partition_errors=_leader_and_isr_errors(tps, fenced)
             )
         self._controller_epoch = request.controller_epoch
+        if request.type == LEADER_AND_ISR_FULL:
+            await self._stop_strays(set(tps))
         errors: dict[TopicPartition, ErrorCode] = {}
         to_lead: dict[TopicPartition, tuple[PartitionActor, PartitionState]] = {}
         to_follow: dict[TopicPartition, tuple[PartitionActor, PartitionState]] = {}
@@ -396,6 +399,16 @@ class ReplicaManager(Actor):
                 for tp in tps
             ]
         )
+
+    async def _stop_strays(self, listed: set[TopicPartition]) -> None:
+        """A FULL request lists every partition this broker should host (KIP-516); the others
+        are strays (e.g. reassigned away or deleted while this broker was down). They stop
+        serving, but their logs stay on disk: deleting data on the strength of one request is
+        the controller's call, made explicitly with StopReplica (delete) — Kafka's brokers
+        likewise only log stray partitions found this way."""
+        for tp in sorted(set(self._partitions) - listed, key=_tp_order):
+            log.warning("%s: %s is not in a FULL LeaderAndIsr: stray, stopped", self.name, tp)
+            await self._stop_partition(tp)
 
     async def _create_partition(
         self, tp: TopicPartition, topic_id: bytes

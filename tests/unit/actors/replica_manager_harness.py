@@ -25,6 +25,7 @@ from runtime.log.manager import LogManager
 from runtime.log.partition_dir import TopicPartition
 from tests.unit.actors.partition_harness import RecordingSink
 from wire.messages import (
+    LEADER_AND_ISR_INCREMENTAL,
     FetchPartition,
     FetchRequest,
     FetchResponsePartition,
@@ -231,11 +232,13 @@ class Broker:
         *states: LeaderAndIsrPartitionState,
         controller_epoch: int = 1,
         broker_epoch: int = -1,
+        request_type: int = LEADER_AND_ISR_INCREMENTAL,
     ) -> LeaderAndIsrResponse:
         request = LeaderAndIsrRequest(
             controller_id=100,
             controller_epoch=controller_epoch,
             broker_epoch=broker_epoch,
+            type=request_type,
             partition_states=list(states),
         )
         return await self.manager.ask(HandleLeaderAndIsr(request))

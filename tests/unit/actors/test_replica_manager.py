@@ -14,6 +14,7 @@ from actors.fetcher import BrokerEndpoint, FetcherControl, InitialFetchState
 from actors.fetcher_manager import ReplicaFetcherManager
 from actors.replica_manager import ReplicaManagerConfig, SetBrokerEpoch
 from actors.views import Role
+from runtime.log.partition_dir import TopicPartition
 from tests.unit.actors.replica_manager_harness import (
     BROKER_ID,
     HW_CHECKPOINT_MS,
@@ -33,7 +34,7 @@ from tests.unit.actors.replica_manager_harness import (
     update_metadata,
 )
 from wire.errors import ErrorCode
-from wire.messages import UpdateMetadataPartitionState
+from wire.messages import LEADER_AND_ISR_FULL, UpdateMetadataPartitionState
 
 REPLICAS = (0, 1, 2)
 
@@ -219,6 +220,40 @@ async def test_stop_replica_without_delete_keeps_the_log(broker: Broker) -> None
     actor = broker.manager.partition(TP)
     assert actor is not None
     assert actor.view.log_end_offset.message_offset == 2
+
+
+async def test_full_leader_and_isr_stops_unlisted_partitions_and_keeps_their_logs(
+    broker: Broker,
+) -> None:
+    other = TopicPartition(TP.topic, TP.partition + 1)
+    await broker.leader_and_isr(
+        partition_state(BROKER_ID, 1, [BROKER_ID]),
+        partition_state(BROKER_ID, 1, [BROKER_ID], tp=other),
+    )
+    await broker.path.produce(produce_request(batch(2), acks=1))
+    # An incremental request naming only `other` leaves TP alone ...
+    await broker.leader_and_isr(partition_state(BROKER_ID, 2, [BROKER_ID], tp=other))
+    assert broker.manager.partition(TP) is not None
+    # ... a FULL one naming only `other` makes TP a stray: no longer served, log kept.
+    response = await broker.leader_and_isr(
+        partition_state(BROKER_ID, 3, [BROKER_ID], tp=other), request_type=LEADER_AND_ISR_FULL
+    )
+    assert errors_of(response) == [ErrorCode.NONE]
+    assert broker.manager.partition(TP) is None
+    assert TP not in broker.manager.routes
+    assert broker.manager.partition(other) is not None
+    kept = broker.log_manager.get_log(TP)
+    assert kept is not None
+    assert kept.log_end_offset == 2
+    fetched = only_fetch_answer(await broker.path.fetch(fetch_request(0)))
+    assert fetched.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+async def test_a_fenced_full_leader_and_isr_stops_nothing(broker: Broker) -> None:
+    await broker.leader_and_isr(partition_state(BROKER_ID, 1, [BROKER_ID]), controller_epoch=2)
+    response = await broker.leader_and_isr(controller_epoch=1, request_type=LEADER_AND_ISR_FULL)
+    assert response.error_code == ErrorCode.STALE_CONTROLLER_EPOCH
+    assert broker.manager.partition(TP) is not None
 
 
 async def test_stop_replica_with_an_older_leader_epoch_is_fenced(broker: Broker) -> None:
