@@ -69,6 +69,7 @@ from wire.messages import (
     StopReplicaPartitionError,
     StopReplicaRequest,
     StopReplicaResponse,
+    TopicConfigs,
     UpdateMetadataRequest,
     UpdateMetadataResponse,
 )
@@ -235,6 +236,9 @@ class ReplicaManager(Actor):
         self._pending_fetchers: set[TopicPartition] = set()
         self._tasks: list[asyncio.Task[None]] = []
         self._checkpointing = False
+        # Per-topic min.insync.replicas overrides, replaced whole on change (the data path
+        # reads it without asking the actor).
+        self._min_insync: Mapping[str, int] = MappingProxyType({})
 
     # -- published state ----------------------------------------------------------------------
 
@@ -254,6 +258,10 @@ class ReplicaManager(Actor):
     @property
     def controller_epoch(self) -> int:
         return self._controller_epoch
+
+    def min_insync_replicas(self, topic: str) -> int:
+        """The topic's min.insync.replicas (its override, else the broker's)."""
+        return self._min_insync.get(topic, self.config.min_insync_replicas)
 
     @property
     def pending_fetchers(self) -> frozenset[TopicPartition]:
@@ -357,6 +365,8 @@ class ReplicaManager(Actor):
         self._controller_epoch = request.controller_epoch
         if request.type == LEADER_AND_ISR_FULL:
             await self._stop_strays(set(tps))
+        # Before any log is created: a new log takes its topic's settings.
+        self._apply_topic_configs(request.topic_configs)
         errors: dict[TopicPartition, ErrorCode] = {}
         to_lead: dict[TopicPartition, tuple[PartitionActor, PartitionState]] = {}
         to_follow: dict[TopicPartition, tuple[PartitionActor, PartitionState]] = {}
@@ -399,6 +409,29 @@ class ReplicaManager(Actor):
                 for tp in tps
             ]
         )
+
+    def _apply_topic_configs(self, entries: Iterable[TopicConfigs]) -> None:
+        """Each entry replaces its topic's overrides: log settings go to the log manager
+        (which applies them to the topic's open logs too), min.insync.replicas to the data path.
+        The controller validated them at CreateTopics; one that fails here anyway (a newer
+        controller with a setting this broker does not know) keeps the topic's old settings."""
+        min_insync = dict(self._min_insync)
+        for entry in entries:
+            overrides = {config.name: config.value for config in entry.configs}
+            try:
+                value = overrides.get("min.insync.replicas")
+                topic_min_insync = None if value is None else int(value)
+                if topic_min_insync is not None and topic_min_insync < 1:
+                    raise ValueError(f"min.insync.replicas must be >= 1: {value}")
+                self._log_manager.set_topic_config(entry.topic_name, overrides)
+            except ValueError as error:
+                log.warning("%s: configs of %s refused: %s", self.name, entry.topic_name, error)
+                continue
+            if topic_min_insync is None:
+                min_insync.pop(entry.topic_name, None)
+            else:
+                min_insync[entry.topic_name] = topic_min_insync
+        self._min_insync = MappingProxyType(min_insync)
 
     async def _stop_strays(self, listed: set[TopicPartition]) -> None:
         """A FULL request lists every partition this broker should host (KIP-516); the others
@@ -610,6 +643,7 @@ class ReplicaManager(Actor):
             log.info("%s: %s", self.name, error)
             return UpdateMetadataResponse.error_response(ErrorCode.STALE_CONTROLLER_EPOCH)
         self._controller_epoch = max(self._controller_epoch, request.controller_epoch)
+        self._apply_topic_configs(request.topic_configs)
         # A deleted topic's partitions stop serving now; their logs go with the StopReplica
         # (delete) the controller sends them.
         for tp in deleted:

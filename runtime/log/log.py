@@ -63,6 +63,7 @@ from wire.records import (
     LOG_OVERHEAD,
     BatchHeader,
     iter_batches,
+    iter_records,
     validate_batch,
     validate_batch_for_append,
 )
@@ -273,6 +274,8 @@ class Log:
         view = memoryview(records)
         end = len(view)
         first_offset = self._leo
+        if "compact" in self.config.cleanup_policy:
+            _require_keys(view)
         if not end:
             return _new_info(
                 LogAppendInfo, (first_offset, first_offset - 1, NO_TIMESTAMP, first_offset, 0, 0, 0)
@@ -724,3 +727,16 @@ def _jitter_source(config: LogConfig, rng: random.Random) -> Callable[[], int]:
     """Kafka's segment.jitter.ms: a random amount below it, per segment (0 when unset)."""
     limit = min(config.segment_jitter_ms, config.segment_ms)
     return (lambda: rng.randrange(limit)) if limit > 0 else (lambda: 0)
+
+
+def _require_keys(view: memoryview) -> None:
+    """A compacted topic keeps the latest record per key, so a record without a key could never
+    be cleaned: Kafka refuses it (INVALID_RECORD). This reads every record (decompressing), so
+    it runs only for compacted topics; the CRC check of the normal path still follows."""
+    for position, _ in iter_batches(view):
+        for index, record in enumerate(iter_records(view, position)):
+            if record.key is None:
+                raise InvalidRecordError(
+                    f"batch at byte {position}, record {index}: a compacted topic needs a key "
+                    "on every record"
+                )

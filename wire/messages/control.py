@@ -24,6 +24,27 @@ from dataclasses import dataclass, field
 
 from wire.messages.base import ZERO_UUID, ApiKey, Int8, Int16, Int32, Request, Response, Uuid
 
+# -- topic configs (LeaderAndIsr and UpdateMetadata) -----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicConfigEntry:
+    name: str
+    value: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicConfigs:
+    """A topic's config overrides by Kafka property name (the whole set: it replaces what
+    the broker held for the topic). Kafka's brokers read these from ZooKeeper or the metadata
+    log; ketch's controller sends them with the requests that make a broker host or learn a
+    topic, so a log is created with its topic's settings (segment.bytes, cleanup.policy, ...)
+    and the produce path knows the topic's min.insync.replicas."""
+
+    topic_name: str
+    configs: list[TopicConfigEntry] = field(default_factory=list)
+
+
 # -- LeaderAndIsr (4) ------------------------------------------------------------------------------
 
 LEADER_AND_ISR_INCREMENTAL = 0
@@ -82,6 +103,7 @@ class LeaderAndIsrRequest(Request):
     type: Int8 = LEADER_AND_ISR_INCREMENTAL
     partition_states: list[LeaderAndIsrPartitionState]
     live_leaders: list[LeaderAndIsrLiveLeader] = field(default_factory=list)
+    topic_configs: list[TopicConfigs] = field(default_factory=list)
 
 
 # -- StopReplica (5) -------------------------------------------------------------------------------
@@ -174,6 +196,7 @@ class UpdateMetadataRequest(Request):
     broker_epoch: int = -1
     partition_states: list[UpdateMetadataPartitionState]
     live_brokers: list[UpdateMetadataBroker]
+    topic_configs: list[TopicConfigs] = field(default_factory=list)
 
 
 # -- ControlledShutdown (7) ------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from wire.messages import (
     StopReplicaPartitionState,
     StopReplicaRequest,
     StopReplicaResponse,
+    TopicConfigs,
     TopicProduceData,
     UpdateMetadataBroker,
     UpdateMetadataEndpoint,
@@ -233,6 +234,7 @@ class Broker:
         controller_epoch: int = 1,
         broker_epoch: int = -1,
         request_type: int = LEADER_AND_ISR_INCREMENTAL,
+        topic_configs: Sequence[TopicConfigs] = (),
     ) -> LeaderAndIsrResponse:
         request = LeaderAndIsrRequest(
             controller_id=100,
@@ -240,6 +242,7 @@ class Broker:
             broker_epoch=broker_epoch,
             type=request_type,
             partition_states=list(states),
+            topic_configs=list(topic_configs),
         )
         return await self.manager.ask(HandleLeaderAndIsr(request))
 

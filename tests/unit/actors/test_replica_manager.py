@@ -5,6 +5,7 @@ the periodic ISR-expiration and HW-checkpoint tasks on a ManualClock."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -34,7 +35,12 @@ from tests.unit.actors.replica_manager_harness import (
     update_metadata,
 )
 from wire.errors import ErrorCode
-from wire.messages import LEADER_AND_ISR_FULL, UpdateMetadataPartitionState
+from wire.messages import (
+    LEADER_AND_ISR_FULL,
+    TopicConfigEntry,
+    TopicConfigs,
+    UpdateMetadataPartitionState,
+)
 
 REPLICAS = (0, 1, 2)
 
@@ -254,6 +260,52 @@ async def test_a_fenced_full_leader_and_isr_stops_nothing(broker: Broker) -> Non
     response = await broker.leader_and_isr(controller_epoch=1, request_type=LEADER_AND_ISR_FULL)
     assert response.error_code == ErrorCode.STALE_CONTROLLER_EPOCH
     assert broker.manager.partition(TP) is not None
+
+
+def topic_configs(**configs: str) -> TopicConfigs:
+    return TopicConfigs(
+        topic_name=TP.topic,
+        configs=[
+            TopicConfigEntry(name=name.replace("_", "."), value=value)
+            for name, value in configs.items()
+        ],
+    )
+
+
+async def test_topic_configs_reach_new_logs_and_the_produce_path(broker: Broker) -> None:
+    assert broker.manager.min_insync_replicas(TP.topic) == 1  # the broker's default
+    await broker.leader_and_isr(
+        partition_state(BROKER_ID, 1, [BROKER_ID]),
+        topic_configs=[topic_configs(segment_bytes="20000", min_insync_replicas="2")],
+    )
+    created = broker.log_manager.get_log(TP)
+    assert created is not None
+    assert created.config.segment_bytes == 20_000
+    assert broker.manager.min_insync_replicas(TP.topic) == 2
+    assert broker.manager.min_insync_replicas("other-topic") == 1
+    # An UpdateMetadata replaces the whole set: min.insync.replicas falls back to the broker's.
+    request = update_metadata((BROKER_ID,))
+    await broker.update_metadata(
+        dataclasses.replace(
+            request,
+            controller_epoch=1,
+            topic_configs=[topic_configs(segment_bytes="30000")],
+        )
+    )
+    assert created.config.segment_bytes == 30_000
+    assert broker.manager.min_insync_replicas(TP.topic) == 1
+
+
+async def test_invalid_topic_configs_keep_the_old_settings(broker: Broker) -> None:
+    await broker.leader_and_isr(
+        partition_state(BROKER_ID, 1, [BROKER_ID]),
+        topic_configs=[topic_configs(min_insync_replicas="2")],
+    )
+    await broker.leader_and_isr(
+        partition_state(BROKER_ID, 2, [BROKER_ID]),
+        topic_configs=[topic_configs(min_insync_replicas="0", segment_bytes="oops")],
+    )
+    assert broker.manager.min_insync_replicas(TP.topic) == 2
 
 
 async def test_stop_replica_with_an_older_leader_epoch_is_fenced(broker: Broker) -> None:

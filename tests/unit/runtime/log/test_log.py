@@ -100,6 +100,20 @@ def test_leader_rejects_corrupt_oversized_and_odd_batches(
     assert log.active_segment.size == 0
 
 
+def test_compacted_topic_refuses_records_without_a_key(log_dir: Path, clock: ManualClock) -> None:
+    log = Log.open(log_dir, LogConfig(cleanup_policy="compact"), clock)
+    keyed = build_batch([(b"k1", b"v"), (b"k2", None)])
+    log.append_as_leader(keyed, 0)  # a tombstone has a key: fine
+    keyless = build_batch([(b"k3", b"v"), (None, b"v")], compression=CompressionType.GZIP)
+    with pytest.raises(InvalidRecordError, match="record 1: a compacted topic needs a key"):
+        log.append_as_leader(keyed + keyless, 0)
+    assert log.log_end_offset == 2  # nothing of the refused request was appended
+    # The same records are fine once the topic no longer compacts.
+    log.config = LogConfig(cleanup_policy="delete")
+    log.append_as_leader(keyless, 0)
+    assert log.log_end_offset == 4
+
+
 def test_follower_append_keeps_offsets_and_checks_them(log_dir: Path, clock: ManualClock) -> None:
     log = Log.open(log_dir, SMALL, clock)
     leader_batch = build_batch(
