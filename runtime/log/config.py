@@ -39,6 +39,8 @@ _SCALED_KEYS: Final[dict[str, tuple[tuple[str, int], ...]]] = {
     "segment_ms": (("log.roll.hours", _HOUR_MS),),
     "retention_ms": (("log.retention.minutes", _MINUTE_MS), ("log.retention.hours", _HOUR_MS)),
 }
+# The topic-level names (what CreateTopics may set); the broker-level names are for node configs.
+TOPIC_LOG_CONFIG_NAMES: Final = frozenset(keys[0] for keys in _LOG_KEYS.values())
 _CLEANUP_POLICIES: Final = frozenset({"delete", "compact", "compact,delete", "delete,compact"})
 
 

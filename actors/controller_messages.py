@@ -1,0 +1,217 @@
+"""The controller actor's configuration and messages.
+
+Every controller event is one message, processed one at a time by the actor (what Kafka's
+controllerLock / event queue guarded): requests from brokers (registration, heartbeats,
+AlterPartition, controlled shutdown), topic requests brokers forward from clients, the timers'
+ticks, and answers to the requests the controller sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from runtime.actor import Ask
+from wire.messages import (
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    BrokerHeartbeatRequest,
+    BrokerHeartbeatResponse,
+    BrokerRegistrationRequest,
+    BrokerRegistrationResponse,
+    ControlledShutdownRequest,
+    ControlledShutdownResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    Response,
+)
+
+DEFAULT_CONTROLLER_ID: Final = 3_000
+
+
+def _int(properties: Mapping[str, object], key: str, default: int) -> int:
+    raw = properties.get(key, default)
+    if isinstance(raw, bool) or not isinstance(raw, int | str):
+        raise ValueError(f"{key}: expected an integer, got {raw!r}")
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{key}: expected an integer, got {raw!r}") from None
+
+
+def _bool(properties: Mapping[str, object], key: str, default: bool) -> bool:
+    raw = properties.get(key, default)
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str) and raw.strip().lower() in ("true", "false"):
+        return raw.strip().lower() == "true"
+    raise ValueError(f"{key}: expected true or false, got {raw!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    """The controller's settings under Kafka's property names, with Kafka's defaults."""
+
+    controller_id: int = DEFAULT_CONTROLLER_ID  # node.id
+    cluster_id: str | None = None  # cluster.id: registrations must match when set
+    broker_session_timeout_ms: int = 9_000
+    broker_heartbeat_interval_ms: int = 2_000
+    unclean_leader_election_enable: bool = False
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_seconds: int = 300
+    leader_imbalance_per_broker_percentage: int = 10
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    # A snapshot after this many records (KRaft counts bytes; records are small and alike here).
+    metadata_snapshot_records: int = 10_000
+
+    def __post_init__(self) -> None:
+        for name, value, low in (
+            ("broker.session.timeout.ms", self.broker_session_timeout_ms, 1),
+            ("broker.heartbeat.interval.ms", self.broker_heartbeat_interval_ms, 1),
+            (
+                "leader.imbalance.check.interval.seconds",
+                self.leader_imbalance_check_interval_seconds,
+                1,
+            ),
+            (
+                "leader.imbalance.per.broker.percentage",
+                self.leader_imbalance_per_broker_percentage,
+                0,
+            ),
+            ("num.partitions", self.num_partitions, 1),
+            ("default.replication.factor", self.default_replication_factor, 1),
+            ("metadata.snapshot.records", self.metadata_snapshot_records, 1),
+        ):
+            if value < low:
+                raise ValueError(f"{name} must be >= {low}: {value}")
+
+    @property
+    def session_check_interval_ms(self) -> int:
+        """How often expired sessions are looked for: a fraction of the session timeout, so a
+        dead broker is fenced within about 1.25 session timeouts."""
+        return max(1, min(self.broker_heartbeat_interval_ms, self.broker_session_timeout_ms // 4))
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, object]) -> ControllerConfig:
+        d = cls()
+        cluster_id = properties.get("cluster.id")
+        return cls(
+            controller_id=_int(properties, "node.id", d.controller_id),
+            cluster_id=None if cluster_id is None else str(cluster_id),
+            broker_session_timeout_ms=_int(
+                properties, "broker.session.timeout.ms", d.broker_session_timeout_ms
+            ),
+            broker_heartbeat_interval_ms=_int(
+                properties, "broker.heartbeat.interval.ms", d.broker_heartbeat_interval_ms
+            ),
+            unclean_leader_election_enable=_bool(
+                properties, "unclean.leader.election.enable", d.unclean_leader_election_enable
+            ),
+            auto_leader_rebalance_enable=_bool(
+                properties, "auto.leader.rebalance.enable", d.auto_leader_rebalance_enable
+            ),
+            leader_imbalance_check_interval_seconds=_int(
+                properties,
+                "leader.imbalance.check.interval.seconds",
+                d.leader_imbalance_check_interval_seconds,
+            ),
+            leader_imbalance_per_broker_percentage=_int(
+                properties,
+                "leader.imbalance.per.broker.percentage",
+                d.leader_imbalance_per_broker_percentage,
+            ),
+            num_partitions=_int(properties, "num.partitions", d.num_partitions),
+            default_replication_factor=_int(
+                properties, "default.replication.factor", d.default_replication_factor
+            ),
+            metadata_snapshot_records=_int(
+                properties, "metadata.snapshot.records", d.metadata_snapshot_records
+            ),
+        )
+
+
+# -- requests from brokers (asked by the controller node's request handlers) ----------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterBroker(Ask[BrokerRegistrationResponse]):
+    request: BrokerRegistrationRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat(Ask[BrokerHeartbeatResponse]):
+    request: BrokerHeartbeatRequest
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartition(Ask[AlterPartitionResponse]):
+    request: AlterPartitionRequest
+
+
+@dataclass(frozen=True, slots=True)
+class ControlledShutdown(Ask[ControlledShutdownResponse]):
+    request: ControlledShutdownRequest
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopics(Ask[CreateTopicsResponse]):
+    request: CreateTopicsRequest
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopics(Ask[DeleteTopicsResponse]):
+    request: DeleteTopicsRequest
+
+
+# -- status ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerStatus:
+    broker_id: int
+    broker_epoch: int
+    host: str
+    port: int
+    state: str  # "running", "shutting_down", "fenced"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterStatus:
+    controller_id: int
+    controller_epoch: int
+    brokers: tuple[BrokerStatus, ...]
+    offline_partitions: int
+    topics_being_deleted: tuple[str, ...]
+    unclean_elections: int
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeCluster(Ask[ClusterStatus]):
+    pass
+
+
+# -- the controller's own events -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SessionTick:
+    """Time to fence brokers whose heartbeats stopped."""
+
+
+@dataclass(frozen=True, slots=True)
+class RebalanceTick:
+    """Time for the preferred-leader check (auto.leader.rebalance.enable)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StopReplicaDone:
+    """A broker answered a StopReplica(delete) the controller sent (or gave up on it)."""
+
+    broker_id: int
+    broker_epoch: int
+    response: Response | None
+    attempts: int
