@@ -92,7 +92,7 @@ from actors.controller_states import (
 )
 from actors.controller_topics import TopicRefusal, plan_topic, unclean_election_enabled
 from actors.views import NO_LEADER
-from runtime.actor import Actor, ActorFatalError, handles
+from runtime.actor import Actor, ActorFatalError, Supervisor, handles
 from runtime.clock import Clock
 from runtime.log.partition_dir import TopicPartition
 from runtime.net.transport import Address
@@ -238,8 +238,14 @@ class ControllerActor(Actor):
         clock: Clock,
         rng: random.Random | None = None,
         capacity: int | None = None,
+        supervisor: Supervisor | None = None,
     ) -> None:
-        super().__init__(f"controller@{config.controller_id}", clock=clock, capacity=capacity)
+        super().__init__(
+            f"controller@{config.controller_id}",
+            clock=clock,
+            capacity=capacity,
+            supervisor=supervisor,
+        )
         self.config = config
         self._store = store
         self._channels = channels

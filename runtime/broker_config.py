@@ -10,6 +10,10 @@ itself:
     controller.address     `host:port` of the controller (AlterPartition goes there)
     message.max.bytes      the largest produce batch the data path accepts
 
+and the lifecycle's keys (runtime/broker_lifecycle.py): cluster.id, broker.heartbeat.interval.ms,
+broker.session.timeout.ms, controlled.shutdown.enable, controlled.shutdown.max.retries,
+controlled.shutdown.retry.backoff.ms.
+
 The value is immutable: a node is configured once, at construction.
 """
 
@@ -17,11 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
 from actors.fetcher import ReplicaFetcherConfig
 from actors.metadata_cache import DEFAULT_LISTENER
 from actors.replica_manager import ReplicaManagerConfig
 from actors.request_path import DEFAULT_MESSAGE_MAX_BYTES
+from runtime.broker_lifecycle import BrokerLifecycleConfig
 from runtime.log.config import LogManagerConfig
 from runtime.net.client_config import ClientConfig
 from runtime.net.server import ServerConfig
@@ -60,8 +66,10 @@ class BrokerConfig:
     replication: ReplicaManagerConfig | None = None
     fetcher: ReplicaFetcherConfig = field(default_factory=ReplicaFetcherConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
-    # The clients of the replica fetchers and of the AlterPartition sender.
+    # The clients of the replica fetchers and of the control channel (AlterPartition,
+    # registration, heartbeats, controlled shutdown, forwarded topic requests).
     client: ClientConfig = field(default_factory=ClientConfig)
+    lifecycle: BrokerLifecycleConfig = field(default_factory=BrokerLifecycleConfig)
 
     def __post_init__(self) -> None:
         if self.broker_id < 0:
@@ -102,12 +110,83 @@ class BrokerConfig:
             fetcher=ReplicaFetcherConfig.from_properties(properties),
             server=ServerConfig.from_properties(properties),
             client=ClientConfig.from_properties(_client_properties(properties)),
+            lifecycle=BrokerLifecycleConfig.from_properties(properties),
         )
 
 
-def _client_properties(properties: Mapping[str, object]) -> dict[str, object]:
-    """The client keys a broker honours (others, like a server's, are not the client's)."""
-    keys = {
+# The broker-level names of the log settings and the LogConfig field each sets (the names
+# runtime/log/config.py reads), for the defaults listing below.
+_BROKER_LOG_FIELDS: Final = {
+    "log.segment.bytes": "segment_bytes",
+    "log.roll.ms": "segment_ms",
+    "log.roll.jitter.ms": "segment_jitter_ms",
+    "log.index.size.max.bytes": "segment_index_bytes",
+    "log.index.interval.bytes": "index_interval_bytes",
+    "log.retention.ms": "retention_ms",
+    "log.retention.bytes": "retention_bytes",
+    "log.flush.interval.messages": "flush_messages",
+    "log.flush.interval.ms": "flush_ms",
+    "log.segment.delete.delay.ms": "file_delete_delay_ms",
+    "log.cleanup.policy": "cleanup_policy",
+}
+# Read by the components but without a default of their own to show.
+_KEYS_WITHOUT_DEFAULT: Final = frozenset(
+    {
+        "broker.id",
+        "controller.address",
+        "log.dir",
+        "log.roll.hours",
+        "log.retention.minutes",
+        "log.retention.hours",
+    }
+)
+
+
+def property_defaults() -> dict[str, bool | int | float | str]:
+    """Every broker property this node reads, with the default its component applies; for
+    `ketch config show` and for telling a mistyped name from a real one."""
+    log_manager = LogManagerConfig()
+    log_defaults = log_manager.default
+    replication = ReplicaManagerConfig(0)
+    fetcher = ReplicaFetcherConfig()
+    server = ServerConfig()
+    client = ClientConfig()
+    lifecycle = BrokerLifecycleConfig()
+    defaults: dict[str, bool | int | float | str] = {
+        "listeners": DEFAULT_LISTENERS,
+        "message.max.bytes": DEFAULT_MESSAGE_MAX_BYTES,
+        "log.dirs": ",".join(log_manager.log_dirs),
+        "log.retention.check.interval.ms": log_manager.retention_check_interval_ms,
+        "log.flush.scheduler.interval.ms": log_manager.flush_scheduler_interval_ms,
+        "log.flush.offset.checkpoint.interval.ms": (
+            log_manager.flush_offset_checkpoint_interval_ms
+        ),
+        "log.flush.start.offset.checkpoint.interval.ms": (
+            log_manager.flush_start_offset_checkpoint_interval_ms
+        ),
+        "replica.lag.time.max.ms": replication.replica_lag_time_max_ms,
+        "replica.high.watermark.checkpoint.interval.ms": (
+            replication.high_watermark_checkpoint_interval_ms
+        ),
+        "min.insync.replicas": replication.min_insync_replicas,
+    }
+    for key, name in _BROKER_LOG_FIELDS.items():
+        defaults[key] = getattr(log_defaults, name)
+    component: ReplicaFetcherConfig | ServerConfig | BrokerLifecycleConfig
+    for component in (fetcher, server, lifecycle):
+        for key in component.PROPERTIES:
+            defaults[key] = getattr(component, key.replace(".", "_"))
+    for key in _CLIENT_KEYS:
+        defaults[key] = getattr(client, key.replace(".", "_"))
+    return dict(sorted(defaults.items()))
+
+
+def known_properties() -> frozenset[str]:
+    return frozenset(property_defaults()) | _KEYS_WITHOUT_DEFAULT
+
+
+_CLIENT_KEYS: Final = frozenset(
+    {
         "request.timeout.ms",
         "socket.connection.setup.timeout.ms",
         "reconnect.backoff.ms",
@@ -115,7 +194,12 @@ def _client_properties(properties: Mapping[str, object]) -> dict[str, object]:
         "retry.backoff.ms",
         "retry.backoff.max.ms",
     }
-    return {k: v for k, v in properties.items() if k in keys}
+)
+
+
+def _client_properties(properties: Mapping[str, object]) -> dict[str, object]:
+    """The client keys a broker honours (others, like a server's, are not the client's)."""
+    return {k: v for k, v in properties.items() if k in _CLIENT_KEYS}
 
 
 def _int(properties: Mapping[str, object], key: str, default: int) -> int:

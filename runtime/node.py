@@ -6,8 +6,13 @@ It builds and wires the broker's parts and owns their lifetimes:
     DelayedOperations       the produce and fetch purgatories
     ReplicaFetcherManager   follower fetchers, one Client per fetcher over the node's transport
                             (Fetch is data-plane: no credential)
-    AlterPartitionManager   ISR proposals to the controller, over a Client holding the cluster
-                            credential (AlterPartition is control-plane)
+    AlterPartitionManager   ISR proposals to the controller, over the control client (a Client
+                            holding the cluster credential: AlterPartition is control-plane)
+    BrokerLifecycle         registration, heartbeats and controlled shutdown, over the same
+                            control client (runtime/broker_lifecycle.py); optional, since the
+                            in-process test clusters run a controller stand-in without them
+    ControllerForwarder     CreateTopics / DeleteTopics from clients, forwarded to the
+                            controller over the control client (KIP-590)
     ReplicaManager          the actor for LeaderAndIsr / StopReplica / UpdateMetadata; it is the
                             supervisor of the partition actors (a fatal log error marks that
                             partition offline and is logged, the broker keeps serving)
@@ -16,13 +21,18 @@ It builds and wires the broker's parts and owns their lifetimes:
                             are served only on connections that proved the cluster secret
 
 Start order is bottom-up (logs, then what appends to them, then the listener), so no request
-can reach a part that is not running. Clean shutdown (`stop()`) is the reverse, as in Kafka's
+can reach a part that is not running; registration starts last, in the background, so the broker
+serves (with whatever leadership the controller gives it) before the controller has answered.
+Clean shutdown (`stop()`) first runs the controlled shutdown while everything still serves (the
+controller moves leadership away and sends this broker LeaderAndIsr / StopReplica, which it must
+still answer), stops heartbeating, then goes the reverse way, as in Kafka's
 KafkaServer.shutdown: stop accepting requests, stop the fetchers (no more follower appends),
 stop the ReplicaManager (its partition actors stop and it writes the last high-watermark
 checkpoint), close the purgatories, stop the AlterPartitionManager, then the LogManager flushes
 every log, writes the recovery points and log start offsets, and writes the clean-shutdown
-marker. `crash()` is the test double of a killed process: it stops every task without any of
-those steps and leaves the on-disk checkpoints as they were at the moment of the crash.
+marker. `crash()` is the test double of a killed process: it stops every task (heartbeats
+included, so the controller notices only through the session timeout) without any of those
+steps and leaves the on-disk checkpoints as they were at the moment of the crash.
 
 Ownership and why no lock: every part runs on the event loop thread; the node only starts and
 stops them (in `start()`, `stop()` and `crash()`, which the owner calls one at a time) and
@@ -53,6 +63,7 @@ from actors.replica_manager import (
 )
 from actors.request_path import RequestPath
 from runtime.broker_config import BrokerConfig
+from runtime.broker_lifecycle import BrokerLifecycle, ControllerForwarder
 from runtime.clock import Clock
 from runtime.log.manager import LoadedDir, LogManager
 from runtime.net.client import Client
@@ -62,6 +73,11 @@ from wire.messages import (
     AlterPartitionRequest,
     AlterPartitionResponse,
     ApiKey,
+    BrokerRegistrationListener,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
     FetchRequest,
     FetchResponse,
     LeaderAndIsrRequest,
@@ -117,7 +133,11 @@ class BrokerNode:
         clock: Clock,
         cluster_secret: bytes,
         controller: Address | None = None,
+        lifecycle: bool = True,
     ) -> None:
+        """`lifecycle=False` leaves out registration, heartbeats and controlled shutdown, for a
+        controller (like the tests' stand-in) that does not implement them; the broker epoch
+        then stays -1 unless the owner calls `set_broker_epoch`."""
         self.config = config
         self.broker_id = config.broker_id
         self.clock = clock
@@ -147,9 +167,24 @@ class BrokerNode:
             [controller],
             transport=transport,
             clock=clock,
-            client_id=f"broker-{self.broker_id}-alter-partition",
+            client_id=f"broker-{self.broker_id}-control",
             config=config.client,
             credential=cluster_secret,
+        )
+        channel = _ControlChannel(self._control_client, controller)
+        self.lifecycle: BrokerLifecycle | None = None
+        if lifecycle:
+            self.lifecycle = BrokerLifecycle(
+                self.broker_id,
+                config.lifecycle,
+                channel=channel,
+                clock=clock,
+                listeners=self._registration_listeners,
+                on_registered=self.set_broker_epoch,
+            )
+        # Kafka bounds a forwarded request by the broker's request.timeout.ms.
+        self.forwarder = ControllerForwarder(
+            channel, clock, budget_ms=config.client.request_timeout_ms, seed=self.broker_id
         )
         self.alter_partition = AlterPartitionManager(
             self.broker_id,
@@ -170,8 +205,8 @@ class BrokerNode:
             self.replica_manager.partition,
             self.delayed,
             message_max_bytes=config.message_max_bytes,
-            # Per-topic overrides are not kept yet: the broker's min.insync.replicas for all.
-            min_insync_replicas=lambda topic: config.replica_manager.min_insync_replicas,
+            # The topic's override (from the controller's topic configs), else the broker's.
+            min_insync_replicas=lambda topic: self.replica_manager.min_insync_replicas(topic),
         )
         self.server = Server(
             transport,
@@ -202,8 +237,21 @@ class BrokerNode:
         assert isinstance(response, AlterPartitionResponse), response
         return response
 
+    def _registration_listeners(self) -> list[BrokerRegistrationListener]:
+        """Every configured listener, the served one at its bound address (port 0 resolved)."""
+        listeners = []
+        for name, address in sorted(self.config.listeners.items()):
+            if name == self.config.listener_name:
+                address = self.server.address
+            listeners.append(
+                BrokerRegistrationListener(name=name, host=address.host, port=address.port)
+            )
+        return listeners
+
     def _handlers(self) -> dict[int, Handler]:
         return {
+            ApiKey.CREATE_TOPICS: self._create_topics,
+            ApiKey.DELETE_TOPICS: self._delete_topics,
             ApiKey.METADATA: self._metadata,
             ApiKey.PRODUCE: self._produce,
             ApiKey.FETCH: self._fetch,
@@ -240,6 +288,16 @@ class BrokerNode:
         self, request: OffsetForLeaderEpochRequest, ctx: RequestContext
     ) -> OffsetForLeaderEpochResponse:
         return await self.request_path.offset_for_leader_epoch(request)
+
+    async def _create_topics(
+        self, request: CreateTopicsRequest, ctx: RequestContext
+    ) -> CreateTopicsResponse:
+        return await self.forwarder.create_topics(request)
+
+    async def _delete_topics(
+        self, request: DeleteTopicsRequest, ctx: RequestContext
+    ) -> DeleteTopicsResponse:
+        return await self.forwarder.delete_topics(request)
 
     async def _leader_and_isr(
         self, request: LeaderAndIsrRequest, ctx: RequestContext
@@ -284,6 +342,8 @@ class BrokerNode:
             await self.alter_partition.start()
             await self.replica_manager.start()
             await self.server.start()
+            if self.lifecycle is not None:
+                await self.lifecycle.start()
         except BaseException:
             await self._abort()
             raise
@@ -297,6 +357,11 @@ class BrokerNode:
     async def stop(self) -> None:
         """Clean shutdown; afterwards the log dirs hold the clean-shutdown marker."""
         self._move("stop")
+        if self.lifecycle is not None:
+            # While everything still serves: the controller's LeaderAndIsr / StopReplica for
+            # the leadership it moves away come to this broker.
+            await self.lifecycle.controlled_shutdown()
+            await self.lifecycle.stop()
         await self.server.stop()
         await self.fetchers.shutdown()
         await self.replica_manager.stop()  # partition actors stop; last HW checkpoint
@@ -318,6 +383,8 @@ class BrokerNode:
         log.info("broker %d crashed (test)", self.broker_id)
 
     async def _abort(self) -> None:
+        if self.lifecycle is not None:
+            await self.lifecycle.stop()
         await self.server.stop()
         await self.fetchers.shutdown()
         await self.replica_manager.abort()
@@ -339,6 +406,18 @@ class BrokerNode:
         await asyncio.gather(
             self._control_client.close(), *(client.close() for client in fetch_clients)
         )
+
+
+class _ControlChannel:
+    """The controller as the lifecycle and the forwarder see it: one address on the node's
+    credentialed control client."""
+
+    def __init__(self, client: Client, controller: Address) -> None:
+        self._client = client
+        self._controller = controller
+
+    async def send(self, request: Request, *, timeout_ms: float | None = None) -> Response:
+        return await self._client.send(self._controller, request, timeout_ms=timeout_ms)
 
 
 class _FetchClient:

@@ -1,0 +1,133 @@
+"""`ControllerNode`: the composition root of the controller process.
+
+    MetadataLog                  the durable metadata (locked directory; replayed at start)
+    ControllerChannelManager     one request channel per live broker (credentialed Client each)
+    ControllerActor              every controller event, one at a time
+    Server                       the controller's listener: BrokerRegistration, BrokerHeartbeat,
+                                 AlterPartition, ControlledShutdown, and the CreateTopics /
+                                 DeleteTopics that brokers forward for clients (KIP-590)
+
+Only cluster members talk to the controller: every request here needs a connection that proved
+the cluster credential, forwarded topic requests included (a client must go through a broker),
+so anything else is answered CLUSTER_AUTHORIZATION_FAILED and changes nothing.
+
+If the actor stops on a fatal error (the metadata log failed), `failed` is set: the process
+exits and a restart replays what is really on disk. Ownership: everything runs on the event
+loop; the node only starts, stops and forwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from actors.channel import ChannelConfig, ControllerChannelManager
+from actors.controller import ControllerActor
+from actors.controller_messages import (
+    AlterPartition,
+    ClusterStatus,
+    ControlledShutdown,
+    ControllerConfig,
+    CreateTopics,
+    DeleteTopics,
+    DescribeCluster,
+    Heartbeat,
+    RegisterBroker,
+)
+from runtime.actor import Actor, Ask
+from runtime.clock import Clock
+from runtime.log.metadata_log import MetadataLog
+from runtime.net.server import Handler, RequestContext, Server, ServerConfig
+from runtime.net.transport import Address, Transport
+from wire.errors import ErrorCode
+from wire.messages import ApiKey, Request, Response
+
+log = logging.getLogger(__name__)
+
+
+class ControllerNode:
+    def __init__(
+        self,
+        config: ControllerConfig,
+        metadata_dir: Path,
+        *,
+        transport: Transport,
+        clock: Clock,
+        cluster_secret: bytes,
+        listen: Address,
+        server_config: ServerConfig | None = None,
+        channel_config: ChannelConfig | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self.failed = asyncio.Event()
+        self.store = MetadataLog(metadata_dir)
+        self.channels = ControllerChannelManager(
+            transport=transport, clock=clock, credential=cluster_secret, config=channel_config
+        )
+        self.actor = ControllerActor(
+            config,
+            self.store,
+            self.channels,
+            clock=clock,
+            rng=rng,
+            supervisor=self._actor_failed,
+        )
+        handlers: dict[int, Handler] = {
+            ApiKey.BROKER_REGISTRATION: self._forward(RegisterBroker),
+            ApiKey.BROKER_HEARTBEAT: self._forward(Heartbeat),
+            ApiKey.ALTER_PARTITION: self._forward(AlterPartition),
+            ApiKey.CONTROLLED_SHUTDOWN: self._forward(ControlledShutdown),
+            ApiKey.CREATE_TOPICS: self._forward(CreateTopics),
+            ApiKey.DELETE_TOPICS: self._forward(DeleteTopics),
+        }
+        self.server = Server(
+            transport,
+            listen,
+            handlers,
+            clock=clock,
+            config=server_config,
+            cluster_secret=cluster_secret,
+        )
+
+    def _forward(self, message: Callable[[Any], Ask[Any]]) -> Handler:
+        async def handle(request: Request, ctx: RequestContext) -> Response:
+            if not ctx.cluster_member:
+                return type(request).RESPONSE.error_response(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+            response: Response = await self.actor.ask(message(request))
+            return response
+
+        return handle
+
+    def _actor_failed(self, actor: Actor, error: BaseException) -> None:
+        log.critical("controller stopped: %s", error)
+        self.failed.set()
+
+    @property
+    def address(self) -> Address:
+        return self.server.address
+
+    async def start(self) -> None:
+        await self.actor.start()
+        # The log is replayed and the new epoch written before any broker is heard.
+        await self.actor.ask(DescribeCluster())
+        await self.server.start()
+        log.info(
+            "controller %d (epoch %d) serving at %s",
+            self.config.controller_id,
+            self.actor.model.controller_epoch,
+            self.server.address,
+        )
+
+    async def status(self) -> ClusterStatus:
+        return await self.actor.ask(DescribeCluster())
+
+    async def stop(self) -> None:
+        await self.server.stop()
+        await self.actor.stop()
+        await self.channels.close()
+        await self.store.close()

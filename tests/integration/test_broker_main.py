@@ -1,0 +1,256 @@
+"""`ketch broker` as a real process (`python -m runtime.broker_main`) on 127.0.0.1, against a
+fake controller served by the test process: it registers, heartbeats, serves, and on SIGTERM
+runs the controlled shutdown and a clean stop (exit 0, clean-shutdown marker).
+
+Waits are bounded polls of a condition (a process runs on the wall clock); the child is killed
+by its PID in a `finally` whatever happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+import pytest
+
+from runtime.broker_main import build_parser, main, settings_from_args
+from runtime.clock import SystemClock
+from runtime.config import Source
+from runtime.log.manager import CLEAN_SHUTDOWN_FILE
+from runtime.net.client import Client
+from runtime.net.server import RequestContext, Server
+from runtime.net.tcp import TcpTransport
+from runtime.net.transport import Address
+from wire.errors import ErrorCode
+from wire.messages import (
+    ApiKey,
+    BrokerHeartbeatRequest,
+    BrokerHeartbeatResponse,
+    BrokerRegistrationRequest,
+    BrokerRegistrationResponse,
+    ControlledShutdownRequest,
+    ControlledShutdownResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
+
+SECRET: Final = b"broker-main-test-secret-0123456789"
+REPO: Final = Path(__file__).resolve().parents[2]
+EPOCH: Final = 7
+WAIT_S: Final = 30.0
+
+
+@dataclass
+class FakeController:
+    registrations: list[BrokerRegistrationRequest] = field(default_factory=list)
+    heartbeats: list[int] = field(default_factory=list)
+    shutdowns: list[int] = field(default_factory=list)
+    server: Server | None = None
+
+    async def start(self) -> Address:
+        self.server = Server(
+            TcpTransport(),
+            Address("127.0.0.1", 0),
+            {
+                ApiKey.BROKER_REGISTRATION: self._register,
+                ApiKey.BROKER_HEARTBEAT: self._heartbeat,
+                ApiKey.CONTROLLED_SHUTDOWN: self._controlled_shutdown,
+            },
+            clock=SystemClock(),
+            cluster_secret=SECRET,
+        )
+        await self.server.start()
+        return self.server.address
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            await self.server.stop()
+
+    async def _register(
+        self, request: BrokerRegistrationRequest, ctx: RequestContext
+    ) -> BrokerRegistrationResponse:
+        self.registrations.append(request)
+        return BrokerRegistrationResponse(broker_epoch=EPOCH)
+
+    async def _heartbeat(
+        self, request: BrokerHeartbeatRequest, ctx: RequestContext
+    ) -> BrokerHeartbeatResponse:
+        self.heartbeats.append(request.broker_epoch)
+        return BrokerHeartbeatResponse(is_fenced=False)
+
+    async def _controlled_shutdown(
+        self, request: ControlledShutdownRequest, ctx: RequestContext
+    ) -> ControlledShutdownResponse:
+        self.shutdowns.append(request.broker_epoch)
+        return ControlledShutdownResponse()
+
+
+@pytest.fixture
+async def controller() -> AsyncIterator[tuple[FakeController, Address]]:
+    fake = FakeController()
+    address = await fake.start()
+    try:
+        yield fake, address
+    finally:
+        await fake.stop()
+
+
+async def wait_for(condition: Callable[[], bool], what: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT_S
+    while not condition():
+        if loop.time() > deadline:
+            raise AssertionError(f"{what} not reached within {WAIT_S} s")
+        await asyncio.sleep(0.02)
+
+
+def cluster_layout(tmp_path: Path) -> Path:
+    """`ketch up`'s layout: <dir>/cluster.secret (mode 600) and <dir>/broker-0/."""
+    secret = tmp_path / "cluster.secret"
+    secret.write_bytes(SECRET + b"\n")
+    secret.chmod(0o600)
+    data_dir = tmp_path / "broker-0"
+    data_dir.mkdir()
+    return data_dir
+
+
+async def test_broker_process_registers_serves_and_stops_cleanly_on_sigterm(
+    tmp_path: Path, controller: tuple[FakeController, Address]
+) -> None:
+    fake, address = controller
+    data_dir = cluster_layout(tmp_path)
+    config = tmp_path / "ketch.toml"
+    config.write_text('"broker.heartbeat.interval.ms" = 5000\n"min.insync.replicas" = 1\n')
+    stderr_path = tmp_path / "broker.log"
+    with stderr_path.open("wb") as stderr:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "runtime.broker_main",
+            "--id",
+            "0",
+            "--data-dir",
+            str(data_dir),
+            "--listen",
+            "127.0.0.1:0",
+            "--controller",
+            str(address),
+            "--config",
+            str(config),
+            "--set",
+            "broker.heartbeat.interval.ms=50",  # the flag wins over the file
+            cwd=REPO,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=stderr,
+        )
+    try:
+        await wait_for(lambda: len(fake.heartbeats) >= 3, "registration and three heartbeats")
+        assert fake.heartbeats[:3] == [EPOCH] * 3
+        [registration] = fake.registrations
+        assert registration.broker_id == 0
+        [listener] = registration.listeners
+        assert listener.name == "native"
+        assert listener.host == "127.0.0.1"
+        assert listener.port > 0
+
+        client = Client(
+            [Address(listener.host, listener.port)], transport=TcpTransport(), clock=SystemClock()
+        )
+        try:
+            response = await client.send(
+                Address(listener.host, listener.port), MetadataRequest(topics=[])
+            )
+        finally:
+            await client.close()
+        assert isinstance(response, MetadataResponse)
+        assert response.error is ErrorCode.NONE
+
+        process.send_signal(signal.SIGTERM)
+        returncode = await asyncio.wait_for(process.wait(), WAIT_S)
+        log_text = stderr_path.read_text()
+        assert returncode == 0, log_text
+        assert fake.shutdowns == [EPOCH], log_text
+        assert (data_dir / CLEAN_SHUTDOWN_FILE).exists(), log_text
+        assert "stopped cleanly" in log_text
+        assert f"cluster secret from {tmp_path / 'cluster.secret'}" in log_text
+    finally:
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGKILL)
+            await process.wait()
+
+
+def test_missing_secret_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data_dir = tmp_path / "broker-0"
+    code = main(
+        [
+            "--id", "0", "--data-dir", str(data_dir),
+            "--listen", "127.0.0.1:0", "--controller", "127.0.0.1:1",
+        ]
+    )  # fmt: skip
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "no cluster secret" in err
+    assert str(tmp_path / "cluster.secret") in err
+    assert not data_dir.exists()  # nothing was started
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--set", "controlled.shutdown.enable=maybe"], "controlled.shutdown.enable"),
+        (["--set", "novalue"], "expected key=value"),
+        (["--config", "missing.toml"], "config file not found"),
+        (["--secret-file", "short.secret"], "shorter than 16 bytes"),
+    ],
+)
+def test_bad_configuration_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    data_dir = cluster_layout(tmp_path)
+    (tmp_path / "short.secret").write_bytes(b"too short")
+    extra = [str(tmp_path / a) if a.endswith((".toml", ".secret")) else a for a in extra]
+    code = main(
+        [
+            "--id", "0", "--data-dir", str(data_dir),
+            "--listen", "127.0.0.1:0", "--controller", "127.0.0.1:1", *extra,
+        ]
+    )  # fmt: skip
+    assert code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_unknown_property_names_are_reported_not_fatal(tmp_path: Path) -> None:
+    data_dir = cluster_layout(tmp_path)
+    config = tmp_path / "ketch.toml"
+    # One file for the controller and the brokers: the controller's keys are no error here.
+    config.write_text('"num.partitions" = 3\n"replica.lag.time.max" = 10\n')
+    args = build_parser().parse_args(
+        [
+            "--id", "0", "--data-dir", str(data_dir), "--listen", "127.0.0.1:0",
+            "--controller", "127.0.0.1:1", "--config", str(config),
+        ]
+    )  # fmt: skip
+    settings = settings_from_args(args)
+    assert settings.unknown == (
+        "unknown property 'num.partitions'",
+        "unknown property 'replica.lag.time.max' (did you mean 'replica.lag.time.max.ms'?)",
+    )
+    assert settings.effective.source("replica.lag.time.max") is Source.FILE
+    assert settings.config.log.log_dirs == (str(data_dir),)
+    assert settings.secret == SECRET
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--id", "0"]) == 2
+    assert "required" in capsys.readouterr().err
