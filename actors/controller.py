@@ -314,8 +314,9 @@ class ControllerActor(Actor):
             self._send_full_state(outbox, broker_id)
         outbox.metadata_everything = True
         change = _Change(self.model)
-        self._elect_offline(change, outbox)
+        self._elect_offline(change)
         await self._commit(change)
+        self._announce(change, outbox)
         self._flush(outbox)
         await self._resume_deletions(live)
 
@@ -471,8 +472,9 @@ class ControllerActor(Actor):
                 if not self.model.is_queued_for_deletion(p.topic_id)
             ]
             self.replica_states.transition(keys, ReplicaState.ONLINE)
-        self._elect_offline(change, outbox)
+        self._elect_offline(change)
         await self._commit(change)
+        self._announce(change, outbox)
         for broker_id in new:
             self._send_full_state(outbox, broker_id)
         self._flush(outbox)
@@ -482,25 +484,37 @@ class ControllerActor(Actor):
         gone = set(dead)
         outbox = _Outbox(metadata_everything=True)
         eligible = self._eligible()
-        offline: list[TopicPartition] = []
+        # Partitions led by the dead brokers go offline, then get a leader where they can.
+        led = [
+            p
+            for p in self.model.all_partitions()
+            if p.leader in gone and not self.model.is_queued_for_deletion(p.topic_id)
+        ]
+        self.partition_states.transition(
+            [self.model.topic_partition(p) for p in led], PartitionState.OFFLINE
+        )
+        elected = [
+            self.model.topic_partition(p)
+            for p in led
+            if self._elect(
+                change,
+                p,
+                offline_election(p.replicas, p.isr, eligible, self._unclean_allowed(p)),
+                gone,
+            )
+        ]
+        self.partition_states.transition(elected, PartitionState.ONLINE)
+        # Followers on the dead brokers leave the ISRs (never emptying one).
         for p in self.model.all_partitions():
-            if self.model.is_queued_for_deletion(p.topic_id) or not gone & set(p.replicas):
-                continue
-            tp = self.model.topic_partition(p)
-            if p.leader in gone:
-                offline.append(tp)
-                self._elect(
-                    change,
-                    p,
-                    offline_election(p.replicas, p.isr, eligible, self._unclean_allowed(p)),
-                    gone,
-                )
-            elif gone & set(p.isr):
+            if (
+                p.leader not in gone
+                and gone & set(p.isr)
+                and not self.model.is_queued_for_deletion(p.topic_id)
+            ):
                 isr = p.isr
                 for broker_id in sorted(gone):
                     isr = remove_from_isr(isr, broker_id)
                 change.move(p, isr=isr)
-        self.partition_states.transition(offline, PartitionState.OFFLINE)
         replicas = [
             ReplicaKey(self.model.topic_partition(p), b)
             for b in dead
@@ -546,7 +560,7 @@ class ControllerActor(Actor):
         change.move(p, leader=result.leader, isr=result.isr)
         return True
 
-    def _elect_offline(self, change: _Change, outbox: _Outbox) -> None:
+    def _elect_offline(self, change: _Change) -> None:
         """triggerOnlinePartitionStateChange: elect leaders for New and Offline partitions."""
         eligible = self._eligible()
         elected: list[TopicPartition] = []

@@ -1,29 +1,40 @@
-"""An in-process cluster for benchmarks: N `BrokerNode`s over real TCP on 127.0.0.1 and the
-controller stand-in (`runtime.controller_standin`) that lets them replicate.
+"""An in-process cluster for benchmarks: N `BrokerNode`s and the controller
+(`runtime.controller_node.ControllerNode`) over real TCP on 127.0.0.1, one event loop.
 
-It creates topics (the first replica leads, the ISR is every replica; LeaderAndIsr to the
-replicas, UpdateMetadata to all); the stand-in answers AlterPartition, so a follower that falls
-behind for replica.lag.time.max.ms during a run does not stall acks=all. It never elects, kills or
-restarts anything.
+Topics are created with CreateTopics through a broker (one partition on brokers
+0..replication_factor-1, broker 0 leading); the brokers register and heartbeat as in a real
+cluster, so a follower that falls behind during a run is handled by the real ISR machinery.
 """
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Final
 
+from actors.controller_messages import ControllerConfig
+from actors.views import Role
 from runtime.broker_config import BrokerConfig
 from runtime.clock import Clock
-from runtime.controller_standin import LISTENER, ControllerStandIn, PartitionRecord
+from runtime.controller_node import ControllerNode
 from runtime.log.partition_dir import TopicPartition
+from runtime.net.client import Client
 from runtime.net.transport import Address, Transport
 from runtime.node import BrokerNode
 from wire.errors import ErrorCode
+from wire.messages import (
+    CreatableReplicaAssignment,
+    CreatableTopic,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+)
 
 SECRET: Final = b"ketch-bench-cluster-secret-0123456789"
 LOCALHOST: Final = "127.0.0.1"
+LISTENER: Final = "native"
+_READY_POLLS: Final = 10_000  # 1 ms apart: a cluster not ready in ~10 s is broken
 
 
 class BenchCluster:
@@ -44,14 +55,25 @@ class BenchCluster:
         self._properties = dict(properties or {})
         self._tmp = tempfile.TemporaryDirectory(prefix="ketch-bench-")
         self.nodes: dict[int, BrokerNode] = {}
-        self.controller = ControllerStandIn(transport, Address(LOCALHOST, 0), clock, SECRET)
+        self.controller = ControllerNode(
+            ControllerConfig.from_properties(
+                {**self._properties, "auto.leader.rebalance.enable": False}
+            ),
+            Path(self._tmp.name) / "controller",
+            transport=transport,
+            clock=clock,
+            cluster_secret=SECRET,
+            listen=Address(LOCALHOST, 0),
+        )
 
     @property
     def addresses(self) -> list[Address]:
         return [node.address for _, node in sorted(self.nodes.items())]
 
     def leader(self, tp: TopicPartition) -> BrokerNode:
-        return self.nodes[self.controller.partitions[tp].leader]
+        record = self.controller.actor.model.partition_by_name(tp)
+        assert record is not None, tp
+        return self.nodes[record.leader]
 
     async def __aenter__(self) -> BenchCluster:
         await self.controller.start()
@@ -72,8 +94,10 @@ class BenchCluster:
                 )
                 await node.start()
                 self.nodes[broker_id] = node
-                self.controller.brokers[broker_id] = node.address
-            await self.controller.update_metadata()
+            await _until(
+                lambda: all(n.broker_epoch >= 0 for n in self.nodes.values()),
+                "every broker registered",
+            )
         except BaseException:
             await self._shutdown()
             raise
@@ -92,18 +116,50 @@ class BenchCluster:
             self._tmp.cleanup()
 
     async def create_topic(self, topic: str, replication_factor: int) -> TopicPartition:
-        """One partition on brokers 0..replication_factor-1, broker 0 leading."""
+        """One partition on brokers 0..replication_factor-1, broker 0 leading; returns once
+        every replica serves its role and every broker knows the leader."""
         assert replication_factor <= self.size, (replication_factor, self.size)
-        tp = TopicPartition(topic, 0)
-        replicas = list(range(replication_factor))
-        topic_id = (len(self.controller.partitions) + 1).to_bytes(16, "big")
-        self.controller.partitions[tp] = PartitionRecord(
-            topic_id=topic_id, replicas=replicas, leader=0, leader_epoch=0, isr=list(replicas)
+        request = CreateTopicsRequest(
+            topics=[
+                CreatableTopic(
+                    name=topic,
+                    num_partitions=-1,
+                    replication_factor=-1,
+                    assignments=[
+                        CreatableReplicaAssignment(
+                            partition_index=0, broker_ids=list(range(replication_factor))
+                        )
+                    ],
+                )
+            ]
         )
-        for broker_id in replicas:
-            response = await self.controller.leader_and_isr(broker_id, [tp])
-            assert response.error is ErrorCode.NONE, response
-            for error in response.partition_errors:
-                assert error.error_code == ErrorCode.NONE, (broker_id, error)
-        await self.controller.update_metadata()
+        client = Client(self.addresses, transport=self._transport, clock=self._clock)
+        try:
+            response = await client.send(self.addresses[0], request)
+        finally:
+            await client.close()
+        assert isinstance(response, CreateTopicsResponse), response
+        assert response.topics[0].error_code == ErrorCode.NONE, response
+        tp = TopicPartition(topic, 0)
+        await _until(lambda: self._serving(tp, replication_factor), f"{tp} served")
         return tp
+
+    def _serving(self, tp: TopicPartition, replication_factor: int) -> bool:
+        for broker_id in range(replication_factor):
+            actor = self.nodes[broker_id].replica_manager.partition(tp)
+            wanted = Role.LEADER if broker_id == 0 else Role.FOLLOWER
+            if actor is None or actor.view.role is not wanted:
+                return False
+        return all(
+            (state := n.replica_manager.metadata.partition_state(tp)) is not None
+            and state.leader == 0
+            for n in self.nodes.values()
+        )
+
+
+async def _until(condition: Callable[[], bool], what: str) -> None:
+    for _ in range(_READY_POLLS):
+        if condition():
+            return
+        await asyncio.sleep(0.001)
+    raise RuntimeError(f"bench cluster: {what} not reached in time")

@@ -9,8 +9,8 @@ It builds and wires the broker's parts and owns their lifetimes:
     AlterPartitionManager   ISR proposals to the controller, over the control client (a Client
                             holding the cluster credential: AlterPartition is control-plane)
     BrokerLifecycle         registration, heartbeats and controlled shutdown, over the same
-                            control client (runtime/broker_lifecycle.py); optional, since the
-                            in-process test clusters run a controller stand-in without them
+                            control client (runtime/broker_lifecycle.py); optional, for tests
+                            that drive a broker's control plane by hand
     ControllerForwarder     CreateTopics / DeleteTopics from clients, forwarded to the
                             controller over the control client (KIP-590)
     ReplicaManager          the actor for LeaderAndIsr / StopReplica / UpdateMetadata; it is the
@@ -136,8 +136,8 @@ class BrokerNode:
         lifecycle: bool = True,
     ) -> None:
         """`lifecycle=False` leaves out registration, heartbeats and controlled shutdown, for a
-        controller (like the tests' stand-in) that does not implement them; the broker epoch
-        then stays -1 unless the owner calls `set_broker_epoch`."""
+        test that plays the controller by hand; the broker epoch then stays -1 unless the owner
+        calls `set_broker_epoch`."""
         self.config = config
         self.broker_id = config.broker_id
         self.clock = clock

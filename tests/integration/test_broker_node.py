@@ -1,4 +1,4 @@
-"""One `BrokerNode` over real TCP on 127.0.0.1, with the harness's controller stand-in.
+"""One `BrokerNode` and the controller over real TCP on 127.0.0.1.
 
 Time is a ManualClock that `Cluster.drive` advances in 1 ms steps while the loop runs, so no
 test waits on the wall clock; the sockets are real.
@@ -22,8 +22,7 @@ from runtime.net.consumer import Consumer, ConsumerRecord
 from runtime.net.producer import Producer
 from runtime.net.tcp import TcpTransport
 from runtime.net.transport import Address
-from runtime.node import BrokerNode
-from tests.sim.cluster_harness import SECRET, Cluster
+from tests.sim.cluster_harness import Cluster
 from wire.errors import ErrorCode
 from wire.messages import (
     ApiVersionsRequest,
@@ -164,23 +163,6 @@ async def test_control_plane_needs_the_cluster_credential(cluster: Cluster) -> N
         await anonymous.close()
 
 
-def restarted_node(cluster: Cluster) -> BrokerNode:
-    config = BrokerConfig.from_properties(
-        {
-            "broker.id": 0,
-            "log.dirs": str(cluster.log_dir(0)),
-            "listeners": "native://127.0.0.1:0",
-        }
-    )
-    return BrokerNode(
-        config,
-        transport=TcpTransport(),
-        clock=cluster.clock,
-        cluster_secret=SECRET,
-        controller=Address("127.0.0.1", 1),  # not contacted: nothing proposes an ISR change
-    )
-
-
 async def test_clean_shutdown_writes_the_marker_and_restart_skips_recovery(
     cluster: Cluster,
 ) -> None:
@@ -189,17 +171,13 @@ async def test_clean_shutdown_writes_the_marker_and_restart_skips_recovery(
     await cluster.drive(cluster.node(0).stop())
     assert (cluster.log_dir(0) / CLEAN_SHUTDOWN_FILE).exists()
 
-    node = restarted_node(cluster)
-    await cluster.drive(node.start())
-    try:
-        assert node.had_clean_shutdown
-        assert not (cluster.log_dir(0) / CLEAN_SHUTDOWN_FILE).exists()  # a crash now is unclean
-        log = node.log_manager.get_log(TP)
-        assert log is not None
-        assert log.log_end_offset == COUNT
-        assert log.high_watermark == COUNT  # the last HW checkpoint came with the shutdown
-    finally:
-        await cluster.drive(node.stop())
+    node = await cluster.drive(cluster.restart(0))
+    assert node.had_clean_shutdown
+    assert not (cluster.log_dir(0) / CLEAN_SHUTDOWN_FILE).exists()  # a crash now is unclean
+    log = node.log_manager.get_log(TP)
+    assert log is not None
+    assert log.log_end_offset == COUNT
+    assert log.high_watermark == COUNT  # the last HW checkpoint came with the shutdown
 
 
 async def test_crash_leaves_no_marker_and_restart_recovers(cluster: Cluster) -> None:
@@ -208,12 +186,8 @@ async def test_crash_leaves_no_marker_and_restart_recovers(cluster: Cluster) -> 
     await cluster.drive(cluster.kill(0))
     assert not (cluster.log_dir(0) / CLEAN_SHUTDOWN_FILE).exists()
 
-    node = restarted_node(cluster)
-    await cluster.drive(node.start())
-    try:
-        assert not node.had_clean_shutdown
-        log = node.log_manager.get_log(TP)
-        assert log is not None
-        assert log.log_end_offset == COUNT  # written to the file before the crash
-    finally:
-        await cluster.drive(node.stop())
+    node = await cluster.drive(cluster.restart(0))
+    assert not node.had_clean_shutdown
+    log = node.log_manager.get_log(TP)
+    assert log is not None
+    assert log.log_end_offset == COUNT  # written to the file before the crash

@@ -1,39 +1,54 @@
-"""Support for the cluster tests (no tests here): N `BrokerNode`s in one process and a tiny
-controller stand-in that the test drives by hand.
+"""Support for the cluster tests (no tests here): N `BrokerNode`s and the real controller
+(`runtime.controller_node.ControllerNode`) in one process.
 
-The controller is `runtime.controller_standin.ControllerStandIn`, driven by hand.
+Brokers register and heartbeat; topics are created with CreateTopics through a broker (which
+forwards it to the controller); a killed broker (links cut, `crash()`) is noticed by the
+controller when its session times out, and the controller elects. The harness only starts,
+kills and restarts processes' worth of parts and waits for what the cluster does. It works over
+a seeded `MemoryNetwork` or over TCP, always with a `ManualClock` that `run_until` advances in
+1 ms steps while letting the loop run.
 
-The `Cluster` creates topics (assignment, LeaderAndIsr to every replica, UpdateMetadata to all),
-kills a broker (cuts its links, `crash()`), elects a leader from the ISR by hand, and restarts a
-broker from its data directory. It works over a seeded `MemoryNetwork` with a `ManualClock`
-(the failover test: `run_until` advances the clock in 1 ms steps while letting the loop run) or
-over TCP with any clock (the integration test).
-
-Ownership: everything runs on the test's event loop; the controller's state is touched only by
-its AlterPartition handler and the test's own calls, neither of which awaits between reading and
-writing a partition's record.
+Ownership: everything runs on the test's event loop. The harness reads the controller's model
+and the brokers' published views to decide when a condition holds; it never mutates them.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Final, TypeVar
 
+from actors.controller_messages import ControllerConfig
+from actors.controller_model import PartitionRecord
+from actors.views import Role
 from runtime.broker_config import BrokerConfig
-from runtime.clock import Clock, ManualClock
-from runtime.controller_standin import LISTENER, ControllerStandIn, PartitionRecord
+from runtime.clock import ManualClock
+from runtime.controller_node import ControllerNode
 from runtime.log.partition_dir import TopicPartition
+from runtime.net.client import Client
 from runtime.net.memory import LinkConfig, MemoryNetwork
 from runtime.net.transport import Address, Transport
 from runtime.node import BrokerNode, NodeState
 from wire.errors import ErrorCode
+from wire.messages import (
+    CreatableReplicaAssignment,
+    CreatableTopic,
+    CreatableTopicConfig,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+)
 
 T = TypeVar("T")
 
 SECRET: Final = b"ketch-sim-cluster-secret-0123456789"
+LISTENER: Final = "native"
+# Liveness fast enough for simulated time: a dead broker is fenced within ~0.4 s.
+LIVENESS: Final[dict[str, object]] = {
+    "broker.heartbeat.interval.ms": 50,
+    "broker.session.timeout.ms": 300,
+    "controlled.shutdown.retry.backoff.ms": 50,
+}
 
 
 # -- the cluster ---------------------------------------------------------------------------------
@@ -44,14 +59,14 @@ AddressFor = Callable[[str], Address]
 
 
 class Cluster:
-    """N brokers and the controller stand-in. `await start()`, drive, `await stop()`."""
+    """N brokers and a controller. `await drive(start())`, drive, `await drive(stop())`."""
 
     def __init__(
         self,
         data_dir: Path,
         broker_ids: Iterable[int],
         *,
-        clock: Clock,
+        clock: ManualClock,
         transport_for: TransportFor,
         address_for: AddressFor,
         properties: Mapping[str, object] | None = None,
@@ -65,12 +80,21 @@ class Cluster:
         self.seed = seed
         self._transport_for = transport_for
         self._address_for = address_for
-        self.properties = dict(properties or {})
-        self.controller = ControllerStandIn(
-            transport_for("controller"), address_for("controller"), clock, SECRET
-        )
+        self.properties = {**LIVENESS, **(properties or {})}
+        self.controller = self._controller_node()
         self.nodes: dict[int, BrokerNode] = {}
-        self._topic_ids = 0
+
+    def _controller_node(self) -> ControllerNode:
+        return ControllerNode(
+            ControllerConfig.from_properties(
+                {**self.properties, "auto.leader.rebalance.enable": False}
+            ),
+            self.data_dir / "controller",
+            transport=self._transport_for("controller"),
+            clock=self.clock,
+            cluster_secret=SECRET,
+            listen=self._address_for("controller"),
+        )
 
     @classmethod
     def in_memory(
@@ -105,13 +129,21 @@ class Cluster:
     def log_dir(self, broker_id: int) -> Path:
         return self.data_dir / self.node_name(broker_id)
 
+    def running(self, broker_id: int) -> bool:
+        node = self.nodes.get(broker_id)
+        return node is not None and node.state is NodeState.RUNNING
+
+    @property
+    def addresses(self) -> list[Address]:
+        """The running brokers' listeners (bootstrap addresses for clients)."""
+        return [n.address for b, n in sorted(self.nodes.items()) if self.running(b)]
+
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
         await self.controller.start()
         for broker_id in self.broker_ids:
             await self._start_node(broker_id)
-        await self.controller.update_metadata()
 
     async def _start_node(self, broker_id: int) -> BrokerNode:
         name = self.node_name(broker_id)
@@ -130,100 +162,153 @@ class Cluster:
         )
         await node.start()
         self.nodes[broker_id] = node
-        self.controller.brokers[broker_id] = node.address
+        await self.run_until(
+            lambda: self._registered(broker_id),
+            max_ms=10_000,
+            what=f"broker {broker_id} registered",
+        )
         return node
 
+    def _registered(self, broker_id: int) -> bool:
+        node = self.nodes[broker_id]
+        broker = self.controller.actor.model.broker(broker_id)
+        return (
+            broker is not None
+            and not broker.fenced
+            and node.broker_epoch == broker.broker_epoch
+            # The controller's UpdateMetadata (sent on registration) has reached it.
+            and node.replica_manager.metadata.is_broker_alive(broker_id)
+        )
+
     async def stop(self) -> None:
-        """Clean shutdown of every live broker, then the controller."""
-        for node in self.nodes.values():
-            if node.state is NodeState.RUNNING:
-                await node.stop()
-        self.controller.brokers.clear()
+        """Clean shutdown (controlled shutdown first) of every live broker, then the
+        controller."""
+        for broker_id in sorted(self.nodes):
+            if self.running(broker_id):
+                await self.nodes[broker_id].stop()
         await self.controller.stop()
 
-    # -- the controller's moves, by hand ------------------------------------------------------
+    async def restart_controller(self) -> None:
+        """A new controller process over the same metadata log (the old one stops first)."""
+        await self.controller.stop()
+        self.controller = self._controller_node()
+        await self.controller.start()
+
+    # -- topics ------------------------------------------------------------------------------
 
     async def create_topic(
-        self, topic: str, partitions: int = 1, replication_factor: int = 3
+        self,
+        topic: str,
+        partitions: int = 1,
+        replication_factor: int = 3,
+        *,
+        configs: Mapping[str, str] | None = None,
     ) -> list[TopicPartition]:
-        """Round-robin assignment as Kafka's default (replica i of partition p on broker
-        (p + i) mod N); the first replica leads; LeaderAndIsr to the replicas, then
-        UpdateMetadata to all."""
+        """CreateTopics through the first running broker, with Kafka's round-robin assignment
+        spelled out (replica i of partition p on broker (p + i) mod N, so tests know who leads);
+        returns once every replica serves its role and every running broker knows the leader."""
         assert replication_factor <= len(self.broker_ids)
-        self._topic_ids += 1
-        topic_id = self._topic_ids.to_bytes(16, "big")
-        created = []
-        for p in range(partitions):
-            replicas = [
-                self.broker_ids[(p + i) % len(self.broker_ids)] for i in range(replication_factor)
-            ]
-            tp = TopicPartition(topic, p)
-            self.controller.partitions[tp] = PartitionRecord(
-                topic_id, replicas, replicas[0], 0, list(replicas)
+        assignments = [
+            CreatableReplicaAssignment(
+                partition_index=p,
+                broker_ids=[
+                    self.broker_ids[(p + i) % len(self.broker_ids)]
+                    for i in range(replication_factor)
+                ],
             )
-            created.append(tp)
-        await self._send_leader_and_isr(created)
-        await self.controller.update_metadata()
+            for p in range(partitions)
+        ]
+        request = CreateTopicsRequest(
+            topics=[
+                CreatableTopic(
+                    name=topic,
+                    num_partitions=-1,
+                    replication_factor=-1,
+                    assignments=assignments,
+                    configs=[
+                        CreatableTopicConfig(name=k, value=v)
+                        for k, v in sorted((configs or {}).items())
+                    ],
+                )
+            ]
+        )
+        response = await self.admin(request)
+        assert isinstance(response, CreateTopicsResponse), response
+        (result,) = response.topics
+        assert result.error_code == ErrorCode.NONE, result
+        created = [TopicPartition(topic, p) for p in range(partitions)]
+        await self.run_until(
+            lambda: all(self.serving(tp) for tp in created),
+            max_ms=10_000,
+            what=f"topic {topic} served",
+        )
         return created
 
-    async def _send_leader_and_isr(self, tps: Iterable[TopicPartition]) -> None:
-        wanted = list(tps)
-        for broker_id in sorted(self.controller.brokers):
-            mine = [tp for tp in wanted if broker_id in self.controller.partitions[tp].replicas]
-            if not mine:
-                continue
-            response = await self.controller.leader_and_isr(broker_id, mine)
-            assert response.error is ErrorCode.NONE, response
-            for error in response.partition_errors:
-                assert error.error_code == ErrorCode.NONE, (broker_id, error)
+    async def admin(self, request: CreateTopicsRequest) -> object:
+        """A client's admin request, sent to a running broker (not the controller)."""
+        client = Client(self.addresses, transport=self._transport_for("admin"), clock=self.clock)
+        try:
+            return await client.send(self.addresses[0], request)
+        finally:
+            await client.close()
 
     def record(self, tp: TopicPartition) -> PartitionRecord:
-        return self.controller.partitions[tp]
+        """The controller's committed state of the partition."""
+        record = self.controller.actor.model.partition_by_name(tp)
+        assert record is not None, tp
+        return record
+
+    def serving(self, tp: TopicPartition) -> bool:
+        """The controller's leader leads, its running replicas host the partition with its
+        leader epoch, and every running broker's metadata names that leader."""
+        record = self.controller.actor.model.partition_by_name(tp)
+        if record is None or record.leader < 0 or not self.running(record.leader):
+            return False
+        for broker_id in record.replicas:
+            if not self.running(broker_id):
+                continue
+            actor = self.nodes[broker_id].replica_manager.partition(tp)
+            if actor is None or actor.view.leader_epoch != record.leader_epoch:
+                return False
+            wanted = Role.LEADER if broker_id == record.leader else Role.FOLLOWER
+            if actor.view.role is not wanted:
+                return False
+        for broker_id in self.nodes:
+            if self.running(broker_id):
+                known = self.nodes[broker_id].replica_manager.metadata.partition_state(tp)
+                if known is None or known.leader != record.leader:
+                    return False
+        return True
 
     def leader_address(self, tp: TopicPartition) -> Address | None:
-        return self.controller.brokers.get(self.record(tp).leader)
+        record = self.controller.actor.model.partition_by_name(tp)
+        if record is None or not self.running(record.leader):
+            return None
+        return self.nodes[record.leader].address
+
+    # -- failures ----------------------------------------------------------------------------
 
     async def kill(self, broker_id: int) -> None:
-        """The broker's process dies: links cut, every task stopped, no clean-shutdown step."""
+        """The broker's process dies: links cut, every task stopped, no clean-shutdown step.
+        The controller learns it only when the broker's session times out."""
         if self.network is not None:
             self.network.kill(self.node_name(broker_id))
         await self.nodes[broker_id].crash()
-        del self.controller.brokers[broker_id]
-        await self.controller.update_metadata()
 
-    async def elect(self, tp: TopicPartition, new_leader: int | None = None) -> int:
-        """A new leader from the live ISR members (the first one, unless named), a new leader
-        epoch, dead brokers out of the ISR; LeaderAndIsr to the live replicas, UpdateMetadata."""
-        record = self.record(tp)
-        live_isr = [b for b in record.isr if b in self.controller.brokers]
-        candidates = [b for b in live_isr if b != record.leader]
-        leader = new_leader if new_leader is not None else candidates[0]
-        assert leader in live_isr, f"{leader} is not a live ISR member of {tp}: {record}"
-        self.controller.partitions[tp] = replace(
-            record,
-            leader=leader,
-            leader_epoch=record.leader_epoch + 1,
-            isr=live_isr,
-            partition_epoch=record.partition_epoch + 1,
+    async def new_leader(self, tp: TopicPartition, old: int, *, max_ms: int = 5_000) -> int:
+        """Wait for the controller to elect another leader and for the cluster to serve it."""
+        await self.run_until(
+            lambda: self.record(tp).leader not in (old, -1) and self.serving(tp),
+            max_ms=max_ms,
+            what=f"a new leader for {tp}",
         )
-        await self._send_leader_and_isr([tp])
-        await self.controller.update_metadata()
-        return leader
+        return self.record(tp).leader
 
     async def restart(self, broker_id: int) -> BrokerNode:
-        """A new node over the dead broker's log dirs; the controller tells it its replicas."""
-        assert broker_id not in self.controller.brokers, f"broker {broker_id} is still running"
-        node = await self._start_node(broker_id)
-        await self.controller.update_metadata()
-        tps = [tp for tp, r in self.controller.partitions.items() if broker_id in r.replicas]
-        await self._send_leader_and_isr_to(broker_id, tps)
-        return node
-
-    async def _send_leader_and_isr_to(self, broker_id: int, tps: list[TopicPartition]) -> None:
-        if not tps:
-            return
-        response = await self.controller.leader_and_isr(broker_id, tps)
-        assert response.error is ErrorCode.NONE, response
+        """A new node (a new process) over the dead broker's log dirs; it registers, and the
+        controller tells it its replicas."""
+        assert not self.running(broker_id), f"broker {broker_id} is still running"
+        return await self._start_node(broker_id)
 
     # -- driving a ManualClock ----------------------------------------------------------------
 

@@ -132,6 +132,13 @@ async def test_missed_heartbeats_fence_the_broker_and_move_leadership(
         (1, "running"),
         (2, "running"),
     ]
+    tp = TopicPartition("t", 0)
+    assert harness.controller.partition_states.state(tp) is PartitionState.ONLINE
+    # The old leader returns: it gets its state as a follower; the leader stays (no election).
+    assert await harness.register(0) is ErrorCode.NONE
+    assert harness.partition("t") == after
+    (full,) = of_type(harness.channels.take(), LeaderAndIsrRequest, 0)
+    assert [(s.leader, s.leader_epoch) for s in full.partition_states] == [(1, after.leader_epoch)]
 
 
 async def test_no_election_outside_the_isr_and_the_last_member_stays(
