@@ -37,6 +37,8 @@ from wire.messages import (
     CreatableTopicConfig,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    Request,
+    Response,
 )
 
 T = TypeVar("T")
@@ -244,7 +246,7 @@ class Cluster:
         )
         return created
 
-    async def admin(self, request: CreateTopicsRequest) -> object:
+    async def admin(self, request: Request) -> Response:
         """A client's admin request, sent to a running broker (not the controller)."""
         client = Client(self.addresses, transport=self._transport_for("admin"), clock=self.clock)
         try:
