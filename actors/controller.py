@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from actors.channel import applied_code
 from actors.controller_election import (
     ElectionResult,
     controlled_shutdown_election,
@@ -116,6 +117,7 @@ from wire.messages import (
     Response,
     StopReplicaPartitionState,
     StopReplicaRequest,
+    StopReplicaResponse,
     UpdateMetadataRequest,
 )
 
@@ -926,11 +928,14 @@ class ControllerActor(Actor):
         outcomes: dict[ReplicaKey, bool] = {}
         if response is None:
             return  # the channel gave up (broker removed): the replicas stay as they are
-        for entry in getattr(response, "partition_errors", []):
+        if not isinstance(response, StopReplicaResponse):
+            return
+        for entry in response.partition_errors:
             key = ReplicaKey(
                 TopicPartition(entry.topic_name, entry.partition_index), message.broker_id
             )
-            outcomes[key] = entry.error_code == ErrorCode.NONE
+            # A resent request fenced as stale was applied by its earlier copy.
+            outcomes[key] = applied_code(entry.error_code, message.attempts)
         for key, ok in outcomes.items():
             if self.replica_states.state(key) is not ReplicaState.REPLICA_DELETION_STARTED:
                 continue

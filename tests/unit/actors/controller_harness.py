@@ -260,7 +260,7 @@ class ControllerHarness:
         )
 
     def answer_stop_replicas(
-        self, sent: Sequence[Sent], *, error: ErrorCode = ErrorCode.NONE
+        self, sent: Sequence[Sent], *, error: ErrorCode = ErrorCode.NONE, attempts: int = 1
     ) -> int:
         """Answer every StopReplica in `sent` as its broker would; returns how many."""
         count = 0
@@ -277,7 +277,7 @@ class ControllerHarness:
                             for state in s.request.partition_states
                         ]
                     ),
-                    1,
+                    attempts,
                 )
                 count += 1
         return count

@@ -418,6 +418,29 @@ async def test_delete_topic_waits_for_a_dead_replica_and_resumes_when_it_returns
     assert await harness.create_topic("gone", 1, 1) is not None
 
 
+async def test_a_stale_answer_to_a_resent_stop_replica_counts_as_deleted(
+    harness: ControllerHarness,
+) -> None:
+    await cluster(harness, (0,))
+    await harness.create_topic("a", 1, 1)
+    await harness.create_topic("b", 1, 1)
+    harness.channels.take()
+    await harness.delete_topics("a")
+    # First copy: a stale-epoch answer means the broker refused it; the replica is not deleted.
+    assert harness.answer_stop_replicas(
+        harness.channels.take(), error=ErrorCode.STALE_CONTROLLER_EPOCH
+    )
+    await harness.settle()
+    assert harness.controller.model.topic_by_name("a") is not None
+    await harness.delete_topics("b")
+    # A resent copy answered stale: its earlier copy was applied.
+    assert harness.answer_stop_replicas(
+        harness.channels.take(), error=ErrorCode.STALE_CONTROLLER_EPOCH, attempts=2
+    )
+    await harness.settle()
+    assert harness.controller.model.topic_by_name("b") is None
+
+
 # -- preferred leaders -----------------------------------------------------------------------------
 
 
