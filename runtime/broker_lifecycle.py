@@ -68,6 +68,8 @@ from wire.messages import (
     DeletableTopicResult,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
     Request,
     Response,
 )
@@ -500,7 +502,8 @@ class BrokerLifecycle:
 
 
 class ControllerForwarder:
-    """Forwards clients' CreateTopics / DeleteTopics to the controller; returns its answer.
+    """Forwards clients' CreateTopics / DeleteTopics / DescribeCluster to the controller;
+    returns its answer.
 
     While the controller cannot be reached the request is resent (backoff 100 ms doubling, up
     to 1 s) until `budget_ms` (the broker's request.timeout.ms, as Kafka's forwarding channel)
@@ -555,6 +558,16 @@ class ControllerForwarder:
                 ]
             )
         assert isinstance(response, DeleteTopicsResponse), response
+        return response
+
+    async def describe_cluster(self, request: DescribeClusterRequest) -> DescribeClusterResponse:
+        response = await self._forward(request)
+        if response is None:
+            return DescribeClusterResponse(
+                error_code=ErrorCode.REQUEST_TIMED_OUT,
+                error_message="the controller could not be reached",
+            )
+        assert isinstance(response, DescribeClusterResponse), response
         return response
 
     async def _forward(self, request: Request) -> Response | None:

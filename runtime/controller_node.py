@@ -5,7 +5,8 @@
     ControllerActor              every controller event, one at a time
     Server                       the controller's listener: BrokerRegistration, BrokerHeartbeat,
                                  AlterPartition, ControlledShutdown, and the CreateTopics /
-                                 DeleteTopics that brokers forward for clients (KIP-590)
+                                 DeleteTopics / DescribeCluster that brokers forward for
+                                 clients (KIP-590)
 
 Only cluster members talk to the controller: every request here needs a connection that proved
 the cluster credential, forwarded topic requests included (a client must go through a broker),
@@ -44,7 +45,14 @@ from runtime.log.metadata_log import MetadataLog
 from runtime.net.server import Handler, RequestContext, Server, ServerConfig
 from runtime.net.transport import Address, Transport
 from wire.errors import ErrorCode
-from wire.messages import ApiKey, Request, Response
+from wire.messages import (
+    ApiKey,
+    DescribeClusterBroker,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
+    Request,
+    Response,
+)
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +92,7 @@ class ControllerNode:
             ApiKey.CONTROLLED_SHUTDOWN: self._forward(ControlledShutdown),
             ApiKey.CREATE_TOPICS: self._forward(CreateTopics),
             ApiKey.DELETE_TOPICS: self._forward(DeleteTopics),
+            ApiKey.DESCRIBE_CLUSTER: self._describe_cluster,
         }
         self.server = Server(
             transport,
@@ -102,6 +111,29 @@ class ControllerNode:
             return response
 
         return handle
+
+    async def _describe_cluster(
+        self, request: DescribeClusterRequest, ctx: RequestContext
+    ) -> DescribeClusterResponse:
+        if not ctx.cluster_member:
+            return DescribeClusterResponse.error_response(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        status = await self.status()
+        return DescribeClusterResponse(
+            cluster_id=self.config.cluster_id or "",
+            controller_id=status.controller_id,
+            controller_epoch=status.controller_epoch,
+            brokers=[
+                DescribeClusterBroker(
+                    broker_id=b.broker_id,
+                    host=b.host,
+                    port=b.port,
+                    broker_epoch=b.broker_epoch,
+                    state=b.state,
+                )
+                for b in status.brokers
+            ],
+            offline_partitions=status.offline_partitions,
+        )
 
     def _actor_failed(self, actor: Actor, error: BaseException) -> None:
         log.critical("controller stopped: %s", error)

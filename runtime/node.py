@@ -11,7 +11,7 @@ It builds and wires the broker's parts and owns their lifetimes:
     BrokerLifecycle         registration, heartbeats and controlled shutdown, over the same
                             control client (runtime/broker_lifecycle.py); optional, for tests
                             that drive a broker's control plane by hand
-    ControllerForwarder     CreateTopics / DeleteTopics from clients, forwarded to the
+    ControllerForwarder     CreateTopics / DeleteTopics / DescribeCluster from clients, to the
                             controller over the control client (KIP-590)
     ReplicaManager          the actor for LeaderAndIsr / StopReplica / UpdateMetadata; it is the
                             supervisor of the partition actors (a fatal log error marks that
@@ -78,6 +78,8 @@ from wire.messages import (
     CreateTopicsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
     FetchRequest,
     FetchResponse,
     LeaderAndIsrRequest,
@@ -252,6 +254,7 @@ class BrokerNode:
         return {
             ApiKey.CREATE_TOPICS: self._create_topics,
             ApiKey.DELETE_TOPICS: self._delete_topics,
+            ApiKey.DESCRIBE_CLUSTER: self._describe_cluster,
             ApiKey.METADATA: self._metadata,
             ApiKey.PRODUCE: self._produce,
             ApiKey.FETCH: self._fetch,
@@ -298,6 +301,11 @@ class BrokerNode:
         self, request: DeleteTopicsRequest, ctx: RequestContext
     ) -> DeleteTopicsResponse:
         return await self.forwarder.delete_topics(request)
+
+    async def _describe_cluster(
+        self, request: DescribeClusterRequest, ctx: RequestContext
+    ) -> DescribeClusterResponse:
+        return await self.forwarder.describe_cluster(request)
 
     async def _leader_and_isr(
         self, request: LeaderAndIsrRequest, ctx: RequestContext

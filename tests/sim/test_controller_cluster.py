@@ -13,6 +13,8 @@ from wire.errors import ErrorCode
 from wire.messages import (
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
     LeaderAndIsrRequest,
     LeaderAndIsrResponse,
 )
@@ -52,9 +54,13 @@ async def test_controlled_shutdown_moves_leadership_before_the_broker_leaves(
         await cluster.run_until(
             lambda: all(cluster.serving(tp) for tp in tps), max_ms=2_000, what="served"
         )
-        status = await cluster.drive(cluster.controller.status())
+        # A client asks any broker; the broker forwards DescribeCluster to the controller.
+        status = await cluster.drive(cluster.admin(DescribeClusterRequest()))
+        assert isinstance(status, DescribeClusterResponse)
+        assert status.controller_epoch == cluster.controller.actor.model.controller_epoch
         assert [b.state for b in status.brokers][1:] == ["running", "running"]
         assert status.brokers[0].state in ("shutting_down", "fenced")
+        assert [b.port for b in status.brokers][1:] == [9092, 9092]
         assert status.offline_partitions == 0
     finally:
         await cluster.drive(cluster.stop())

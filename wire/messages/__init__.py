@@ -26,6 +26,9 @@ from wire.messages.admin import (
     DeletableTopicResult,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeClusterBroker,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
 )
 from wire.messages.auth import (
     SaslAuthenticateRequest,
@@ -162,6 +165,9 @@ __all__ = [
     "DeletableTopicResult",
     "DeleteTopicsRequest",
     "DeleteTopicsResponse",
+    "DescribeClusterBroker",
+    "DescribeClusterRequest",
+    "DescribeClusterResponse",
     "EpochEndOffset",
     "FetchPartition",
     "FetchRequest",

@@ -1,8 +1,11 @@
-"""Topic administration, version 0 of ketch's native protocol: CreateTopics (19) and
-DeleteTopics (20).
+"""Cluster administration, version 0 of ketch's native protocol: CreateTopics (19),
+DeleteTopics (20) and DescribeCluster (60).
 
 Clients send these to any broker, which forwards them to the controller (as Kafka does since
-KIP-590); the controller answers per topic. Field names follow Kafka's JSON specs in snake_case.
+KIP-590 for the topic requests); the controller answers. DescribeCluster goes to the controller
+too, because only it knows the fenced and shutting-down brokers and its own epoch (Kafka's
+brokers answer it from their metadata; ketch's answer adds those, for `ketch cluster status`).
+Field names follow Kafka's JSON specs in snake_case.
 DeleteTopics names topics by name (Kafka's `TopicNames`, versions 0-5).
 """
 
@@ -92,3 +95,37 @@ class DeleteTopicsRequest(Request):
     RESPONSE = DeleteTopicsResponse
     topic_names: list[str]
     timeout_ms: Int32 = 60000
+
+
+# -- DescribeCluster (60) --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeClusterBroker:
+    """state: "running", "shutting_down" or "fenced" (registered, but not live)."""
+
+    broker_id: Int32
+    host: str
+    port: Int32
+    rack: str | None = None
+    broker_epoch: int = -1
+    state: str = "running"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeClusterResponse(Response):
+    API_KEY = ApiKey.DESCRIBE_CLUSTER
+    API_VERSION = 0
+    error_message: str | None = None
+    cluster_id: str = ""
+    controller_id: Int32 = -1
+    controller_epoch: Int32 = -1
+    brokers: list[DescribeClusterBroker] = field(default_factory=list)
+    offline_partitions: Int32 = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeClusterRequest(Request):
+    API_KEY = ApiKey.DESCRIBE_CLUSTER
+    API_VERSION = 0
+    RESPONSE = DescribeClusterResponse

@@ -397,6 +397,7 @@ KAFKA_API_KEYS = {
     "OFFSET_FOR_LEADER_EPOCH": 23,
     "SASL_AUTHENTICATE": 36,
     "ALTER_PARTITION": 56,
+    "DESCRIBE_CLUSTER": 60,
     "BROKER_REGISTRATION": 62,
     "BROKER_HEARTBEAT": 63,
 }
@@ -407,7 +408,7 @@ def test_api_keys_are_kafkas() -> None:
 
 
 def test_supported_versions_lists_every_implemented_api() -> None:
-    implemented = {0, 1, 2, 3, 4, 5, 6, 7, 17, 18, 19, 20, 23, 36, 56, 62, 63}
+    implemented = {0, 1, 2, 3, 4, 5, 6, 7, 17, 18, 19, 20, 23, 36, 56, 60, 62, 63}
     assert m.supported_versions() == dict.fromkeys(sorted(implemented), (0, 0))
 
 
