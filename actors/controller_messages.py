@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from runtime.actor import Ask
+from runtime.properties import bool_property, int_property
 from wire.messages import (
     AlterPartitionRequest,
     AlterPartitionResponse,
@@ -30,25 +31,6 @@ from wire.messages import (
 )
 
 DEFAULT_CONTROLLER_ID: Final = 3_000
-
-
-def _int(properties: Mapping[str, object], key: str, default: int) -> int:
-    raw = properties.get(key, default)
-    if isinstance(raw, bool) or not isinstance(raw, int | str):
-        raise ValueError(f"{key}: expected an integer, got {raw!r}")
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"{key}: expected an integer, got {raw!r}") from None
-
-
-def _bool(properties: Mapping[str, object], key: str, default: bool) -> bool:
-    raw = properties.get(key, default)
-    if isinstance(raw, bool):
-        return raw
-    if isinstance(raw, str) and raw.strip().lower() in ("true", "false"):
-        return raw.strip().lower() == "true"
-    raise ValueError(f"{key}: expected true or false, got {raw!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,35 +82,35 @@ class ControllerConfig:
         d = cls()
         cluster_id = properties.get("cluster.id")
         return cls(
-            controller_id=_int(properties, "node.id", d.controller_id),
+            controller_id=int_property(properties, "node.id", d.controller_id),
             cluster_id=None if cluster_id is None else str(cluster_id),
-            broker_session_timeout_ms=_int(
+            broker_session_timeout_ms=int_property(
                 properties, "broker.session.timeout.ms", d.broker_session_timeout_ms
             ),
-            broker_heartbeat_interval_ms=_int(
+            broker_heartbeat_interval_ms=int_property(
                 properties, "broker.heartbeat.interval.ms", d.broker_heartbeat_interval_ms
             ),
-            unclean_leader_election_enable=_bool(
+            unclean_leader_election_enable=bool_property(
                 properties, "unclean.leader.election.enable", d.unclean_leader_election_enable
             ),
-            auto_leader_rebalance_enable=_bool(
+            auto_leader_rebalance_enable=bool_property(
                 properties, "auto.leader.rebalance.enable", d.auto_leader_rebalance_enable
             ),
-            leader_imbalance_check_interval_seconds=_int(
+            leader_imbalance_check_interval_seconds=int_property(
                 properties,
                 "leader.imbalance.check.interval.seconds",
                 d.leader_imbalance_check_interval_seconds,
             ),
-            leader_imbalance_per_broker_percentage=_int(
+            leader_imbalance_per_broker_percentage=int_property(
                 properties,
                 "leader.imbalance.per.broker.percentage",
                 d.leader_imbalance_per_broker_percentage,
             ),
-            num_partitions=_int(properties, "num.partitions", d.num_partitions),
-            default_replication_factor=_int(
+            num_partitions=int_property(properties, "num.partitions", d.num_partitions),
+            default_replication_factor=int_property(
                 properties, "default.replication.factor", d.default_replication_factor
             ),
-            metadata_snapshot_records=_int(
+            metadata_snapshot_records=int_property(
                 properties, "metadata.snapshot.records", d.metadata_snapshot_records
             ),
         )

@@ -54,6 +54,7 @@ from runtime.clock import NS_PER_MS, Clock
 from runtime.log.partition_dir import TopicPartition
 from runtime.net.client_errors import ClientError
 from runtime.net.transport import Address
+from runtime.properties import int_property
 from wire.errors import ErrorCode
 from wire.messages import (
     FetchPartition,
@@ -176,13 +177,7 @@ class ReplicaFetcherConfig:
         values: dict[str, int] = {}
         for key in cls.PROPERTIES:
             if key in properties:
-                raw = properties[key]
-                if isinstance(raw, bool) or not isinstance(raw, int | str):
-                    raise ValueError(f"{key}: expected an integer, got {raw!r}")
-                try:
-                    values[key.replace(".", "_")] = int(raw)
-                except ValueError:
-                    raise ValueError(f"{key}: expected an integer, got {raw!r}") from None
+                values[key.replace(".", "_")] = int_property(properties, key, 0)
         return cls(**values)
 
 

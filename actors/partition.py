@@ -80,6 +80,7 @@ from runtime.log.errors import (
 from runtime.log.log import Log
 from runtime.log.offsets import LogOffsetMetadata
 from runtime.log.partition_dir import TopicPartition
+from runtime.properties import int_property
 from wire.errors import ErrorCode
 from wire.records import CorruptRecordError
 
@@ -112,13 +113,7 @@ class PartitionConfig:
             ("min.insync.replicas", "min_insync_replicas"),
         ):
             if key in properties:
-                raw = properties[key]
-                if isinstance(raw, bool) or not isinstance(raw, int | str):
-                    raise ValueError(f"{key}: expected an integer, got {raw!r}")
-                try:
-                    values[field_name] = int(raw)
-                except ValueError:
-                    raise ValueError(f"{key}: expected an integer, got {raw!r}") from None
+                values[field_name] = int_property(properties, key, 0)
         return cls(**values)
 
 

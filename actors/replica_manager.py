@@ -59,6 +59,7 @@ from runtime.clock import Clock
 from runtime.log.errors import InconsistentTopicIdError
 from runtime.log.manager import LogManager
 from runtime.log.partition_dir import TopicPartition
+from runtime.properties import int_property
 from wire.errors import ErrorCode
 from wire.messages import (
     LEADER_AND_ISR_FULL,
@@ -116,15 +117,15 @@ class ReplicaManagerConfig:
         defaults = cls(broker_id)
         return cls(
             broker_id,
-            replica_lag_time_max_ms=_int_property(
+            replica_lag_time_max_ms=int_property(
                 properties, "replica.lag.time.max.ms", defaults.replica_lag_time_max_ms
             ),
-            high_watermark_checkpoint_interval_ms=_int_property(
+            high_watermark_checkpoint_interval_ms=int_property(
                 properties,
                 "replica.high.watermark.checkpoint.interval.ms",
                 defaults.high_watermark_checkpoint_interval_ms,
             ),
-            min_insync_replicas=_int_property(
+            min_insync_replicas=int_property(
                 properties, "min.insync.replicas", defaults.min_insync_replicas
             ),
         )
@@ -132,16 +133,6 @@ class ReplicaManagerConfig:
     @property
     def partition_config(self) -> PartitionConfig:
         return PartitionConfig(self.replica_lag_time_max_ms, self.min_insync_replicas)
-
-
-def _int_property(properties: Mapping[str, object], key: str, default: int) -> int:
-    raw = properties.get(key, default)
-    if isinstance(raw, bool) or not isinstance(raw, int | str):
-        raise ValueError(f"{key}: expected an integer, got {raw!r}")
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"{key}: expected an integer, got {raw!r}") from None
 
 
 # -- messages ------------------------------------------------------------------------------------

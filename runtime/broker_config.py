@@ -32,6 +32,7 @@ from runtime.log.config import LogManagerConfig
 from runtime.net.client_config import ClientConfig
 from runtime.net.server import ServerConfig
 from runtime.net.transport import Address
+from runtime.properties import int_property
 
 DEFAULT_LISTENERS = f"{DEFAULT_LISTENER}://127.0.0.1:9092"
 
@@ -98,13 +99,15 @@ class BrokerConfig:
     def from_properties(cls, properties: Mapping[str, object]) -> BrokerConfig:
         if "broker.id" not in properties:
             raise ValueError("broker.id is required")
-        broker_id = _int(properties, "broker.id", -1)
+        broker_id = int_property(properties, "broker.id", -1)
         controller = properties.get("controller.address")
         return cls(
             broker_id,
             listeners=parse_listeners(str(properties.get("listeners", DEFAULT_LISTENERS))),
             controller_address=None if controller is None else Address.parse(str(controller)),
-            message_max_bytes=_int(properties, "message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES),
+            message_max_bytes=int_property(
+                properties, "message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES
+            ),
             log=LogManagerConfig.from_properties(properties),
             replication=ReplicaManagerConfig.from_properties(broker_id, properties),
             fetcher=ReplicaFetcherConfig.from_properties(properties),
@@ -200,13 +203,3 @@ _CLIENT_KEYS: Final = frozenset(
 def _client_properties(properties: Mapping[str, object]) -> dict[str, object]:
     """The client keys a broker honours (others, like a server's, are not the client's)."""
     return {k: v for k, v in properties.items() if k in _CLIENT_KEYS}
-
-
-def _int(properties: Mapping[str, object], key: str, default: int) -> int:
-    raw = properties.get(key, default)
-    if isinstance(raw, bool) or not isinstance(raw, int | str):
-        raise ValueError(f"{key}: expected an integer, got {raw!r}")
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"{key}: expected an integer, got {raw!r}") from None

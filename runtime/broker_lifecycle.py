@@ -53,6 +53,7 @@ from typing import Final, Protocol
 from runtime.clock import NS_PER_MS, Clock
 from runtime.net.backoff import ExponentialBackoff
 from runtime.net.client_errors import ClientError, is_retriable
+from runtime.properties import bool_property, int_property
 from wire.errors import ErrorCode
 from wire.messages import (
     BrokerHeartbeatRequest,
@@ -150,45 +151,26 @@ class BrokerLifecycleConfig:
         defaults = cls()
         return cls(
             cluster_id=str(properties.get("cluster.id", defaults.cluster_id)),
-            broker_heartbeat_interval_ms=_int(
+            broker_heartbeat_interval_ms=int_property(
                 properties, "broker.heartbeat.interval.ms", defaults.broker_heartbeat_interval_ms
             ),
-            broker_session_timeout_ms=_int(
+            broker_session_timeout_ms=int_property(
                 properties, "broker.session.timeout.ms", defaults.broker_session_timeout_ms
             ),
-            controlled_shutdown_enable=_bool(
+            controlled_shutdown_enable=bool_property(
                 properties, "controlled.shutdown.enable", defaults.controlled_shutdown_enable
             ),
-            controlled_shutdown_max_retries=_int(
+            controlled_shutdown_max_retries=int_property(
                 properties,
                 "controlled.shutdown.max.retries",
                 defaults.controlled_shutdown_max_retries,
             ),
-            controlled_shutdown_retry_backoff_ms=_int(
+            controlled_shutdown_retry_backoff_ms=int_property(
                 properties,
                 "controlled.shutdown.retry.backoff.ms",
                 defaults.controlled_shutdown_retry_backoff_ms,
             ),
         )
-
-
-def _int(properties: Mapping[str, object], key: str, default: int) -> int:
-    raw = properties.get(key, default)
-    if isinstance(raw, bool) or not isinstance(raw, int | str):
-        raise ValueError(f"{key}: expected an integer, got {raw!r}")
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"{key}: expected an integer, got {raw!r}") from None
-
-
-def _bool(properties: Mapping[str, object], key: str, default: bool) -> bool:
-    raw = properties.get(key, default)
-    if isinstance(raw, bool):
-        return raw
-    if isinstance(raw, str) and raw.strip().lower() in ("true", "false"):
-        return raw.strip().lower() == "true"
-    raise ValueError(f"{key}: expected true or false, got {raw!r}")
 
 
 # -- the channel to the controller ----------------------------------------------------------------
