@@ -27,11 +27,10 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	$(VENV)/bin/pytest
 
-# Until the cluster exists (`ketch up`, issues 3-7), the main job that exists is the runtime
-# benchmark; `ketch up` itself says what it still needs.
+# The main job: a local cluster (a controller and 3 brokers on 127.0.0.1:9092-9094, data in
+# ./data) in the foreground until Ctrl-C; `ketch up --help` for the options.
 run: $(STAMP)
-	-$(VENV)/bin/ketch up
-	$(PY) -m bench.timers --sizes 1000,100000
+	$(VENV)/bin/ketch up
 
 bench: $(STAMP)
 	$(PY) -m bench.timers
@@ -40,6 +39,8 @@ bench: $(STAMP)
 	$(PY) -m bench.storage
 	$(PY) -m bench.rpc
 	$(PY) -m bench.replication
+	$(PY) -m bench.failover
+	$(VENV)/bin/ketch bench latency --duration 30 --json bench-latency.json --plot bench-latency.png
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

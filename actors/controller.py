@@ -735,11 +735,19 @@ class ControllerActor(Actor):
         return ControlledShutdownResponse(remaining_partitions=remaining)
 
     def _still_led_by(self, broker_id: int) -> list[TopicPartition]:
-        """Partitions the broker still leads that another replica could take over."""
+        """Partitions the broker still leads that another replica could take over, now or
+        once it has caught up and joined the ISR: one that is live and not shutting down.
+        Kafka counts every partition with more than one replica, so the last broker of a
+        cluster retries controlled shutdown in vain (controlled.shutdown.max.retries times the
+        backoff) when no other replica is left at all; counting only partitions with a live
+        peer lets it go at once, while a lagging live peer still earns the retries."""
+        eligible = self._eligible()
         return [
             self.model.topic_partition(p)
             for p in self.model.partitions_led_by(broker_id)
-            if len(p.replicas) > 1 and not self.model.is_queued_for_deletion(p.topic_id)
+            if len(p.replicas) > 1
+            and not self.model.is_queued_for_deletion(p.topic_id)
+            and any(r in eligible for r in p.replicas if r != broker_id)
         ]
 
     # -- preferred leaders (auto.leader.rebalance.enable) -----------------------------------------

@@ -132,6 +132,30 @@ class PartitionListener(Protocol):
     def on_leadership_changed(self, topic_partition: TopicPartition) -> None: ...
 
 
+class IsrChangeListener(Protocol):
+    """Told of every ISR change the controller committed for a partition this broker leads,
+    and of every failed AlterPartition attempt (Kafka's AlterPartitionListener, behind the
+    IsrShrinksPerSec / IsrExpandsPerSec / FailedIsrUpdatesPerSec meters). Called on the loop
+    thread from inside the actor's handler; it must not block."""
+
+    def mark_shrink(self) -> None: ...
+
+    def mark_expand(self) -> None: ...
+
+    def mark_failed(self) -> None: ...
+
+
+class _NoIsrChangeListener:
+    def mark_shrink(self) -> None:
+        pass
+
+    def mark_expand(self) -> None:
+        pass
+
+    def mark_failed(self) -> None:
+        pass
+
+
 class _NoListener:
     def on_high_watermark_advanced(self, topic_partition: TopicPartition) -> None:
         pass
@@ -206,6 +230,7 @@ class PartitionActor(Actor):
         config: PartitionConfig | None = None,
         listener: PartitionListener | None = None,
         is_replica_eligible: Callable[[int], bool] = lambda broker_id: True,
+        isr_change_listener: IsrChangeListener | None = None,
         clock: Clock | None = None,
         supervisor: Supervisor | None = None,
         capacity: int | None = None,
@@ -224,6 +249,9 @@ class PartitionActor(Actor):
         self._listener: PartitionListener = listener if listener is not None else _NoListener()
         # KIP-841: alive, unfenced, not shutting down (from the metadata cache).
         self._is_eligible = is_replica_eligible
+        self._isr_changes: IsrChangeListener = (
+            isr_change_listener if isr_change_listener is not None else _NoIsrChangeListener()
+        )
         self._role = Role.NONE
         self._leader_id = NO_LEADER
         self._leader_epoch = NO_EPOCH
@@ -527,6 +555,8 @@ class PartitionActor(Actor):
             return  # superseded by a LeaderAndIsr (or never ours): nothing to apply
         result = message.result
         advanced = False
+        if result.error is not ErrorCode.NONE:
+            self._isr_changes.mark_failed()
         if result.error is ErrorCode.NONE:
             if result.leader_epoch != self._leader_epoch:
                 log.info(
@@ -535,6 +565,7 @@ class PartitionActor(Actor):
             elif result.partition_epoch < self._partition_epoch:
                 log.info("%s: ignoring AlterPartition result of older partition epoch", self.name)
             else:
+                self._count_isr_change(self._isr, result.isr)
                 self._isr = result.isr
                 self._partition_epoch = result.partition_epoch
                 self._pending = None
@@ -551,6 +582,15 @@ class PartitionActor(Actor):
             # valid, so it goes again; the sink owns the backoff between attempts.
             self._submit(pending.proposal)
         self._publish(high_watermark=advanced)
+
+    def _count_isr_change(self, old: tuple[int, ...], new: tuple[int, ...]) -> None:
+        # By what the committed ISR became, not by what was proposed: the controller may have
+        # answered with another ISR than the proposal (a newer one), and the meters count
+        # what really changed.
+        if set(new) - set(old):
+            self._isr_changes.mark_expand()
+        if set(old) - set(new):
+            self._isr_changes.mark_shrink()
 
     # -- high watermark -----------------------------------------------------------------------
 

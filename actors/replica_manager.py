@@ -44,7 +44,7 @@ from actors.metadata_cache import (
     MetadataSnapshot,
     StaleControllerEpochError,
 )
-from actors.partition import PartitionActor, PartitionConfig
+from actors.partition import IsrChangeListener, PartitionActor, PartitionConfig
 from actors.partition_messages import (
     BecomeFollower,
     BecomeLeader,
@@ -193,6 +193,15 @@ def _epoch_verdict(view: PartitionView, state: PartitionState) -> ErrorCode | No
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionCounts:
+    partitions: int  # hosted
+    leaders: int
+    under_replicated: int  # led, committed ISR smaller than the replica set
+    under_min_isr: int  # led, committed ISR smaller than min.insync.replicas
+    offline: int  # the log failed
+
+
 # -- the actor -----------------------------------------------------------------------------------
 
 
@@ -207,6 +216,7 @@ class ReplicaManager(Actor):
         *,
         metadata_cache: MetadataCache | None = None,
         on_leadership_change: LeadershipHook | None = None,
+        isr_change_listener: IsrChangeListener | None = None,
         clock: Clock | None = None,
         capacity: int | None = None,
     ) -> None:
@@ -219,6 +229,8 @@ class ReplicaManager(Actor):
         self._sink = alter_partition_sink
         self._metadata = metadata_cache if metadata_cache is not None else MetadataCache()
         self._on_leadership_change = on_leadership_change
+        # Handed to every partition actor: the broker's ISR shrink/expand meters.
+        self._isr_change_listener = isr_change_listener
         self._partitions: dict[TopicPartition, PartitionActor] = {}
         self._aborting = False
         self._routes: Routes = _EMPTY_ROUTES
@@ -258,6 +270,24 @@ class ReplicaManager(Actor):
     def pending_fetchers(self) -> frozenset[TopicPartition]:
         """Followers whose fetcher waits for the leader's endpoint (for tests and diagnostics)."""
         return frozenset(self._pending_fetchers)
+
+    def partition_counts(self) -> PartitionCounts:
+        """Kafka's ReplicaManager gauges, from the published routes and views (no message):
+        any task may call it, and what it reads is immutable."""
+        partitions = leaders = under_replicated = under_min_isr = offline = 0
+        for actor in self._routes.values():
+            view = actor.view
+            partitions += 1
+            if view.role is Role.OFFLINE:
+                offline += 1
+            elif view.is_leader:
+                leaders += 1
+                # Kafka's isUnderReplicated / isUnderMinIsr count the committed ISR.
+                if len(view.isr) < len(view.replicas):
+                    under_replicated += 1
+                if len(view.isr) < self.min_insync_replicas(view.topic_partition.topic):
+                    under_min_isr += 1
+        return PartitionCounts(partitions, leaders, under_replicated, under_min_isr, offline)
 
     def _publish_routes(self) -> None:
         self._routes = MappingProxyType(dict(self._partitions))
@@ -458,6 +488,7 @@ class ReplicaManager(Actor):
             is_replica_eligible=lambda broker_id: self._metadata.snapshot.is_broker_alive(
                 broker_id
             ),
+            isr_change_listener=self._isr_change_listener,
             clock=self.clock,
             supervisor=self._partition_failed,
         )

@@ -9,6 +9,8 @@ itself:
     listeners              comma-separated `NAME://host:port`; the native listener is served
     controller.address     `host:port` of the controller (AlterPartition goes there)
     message.max.bytes      the largest produce batch the data path accepts
+    metrics.port           the Prometheus endpoint's port on the listener's host (-1: off,
+                           the default; 0: any free port), runtime/metrics.py
 
 and the lifecycle's keys (runtime/broker_lifecycle.py): cluster.id, broker.heartbeat.interval.ms,
 broker.session.timeout.ms, controlled.shutdown.enable, controlled.shutdown.max.retries,
@@ -29,6 +31,7 @@ from actors.replica_manager import ReplicaManagerConfig
 from actors.request_path import DEFAULT_MESSAGE_MAX_BYTES
 from runtime.broker_lifecycle import BrokerLifecycleConfig
 from runtime.log.config import LogManagerConfig
+from runtime.metrics import METRICS_DISABLED, METRICS_PORT_KEY, metrics_port
 from runtime.net.client_config import ClientConfig
 from runtime.net.server import ServerConfig
 from runtime.net.transport import Address
@@ -71,6 +74,7 @@ class BrokerConfig:
     # registration, heartbeats, controlled shutdown, forwarded topic requests).
     client: ClientConfig = field(default_factory=ClientConfig)
     lifecycle: BrokerLifecycleConfig = field(default_factory=BrokerLifecycleConfig)
+    metrics_port: int = METRICS_DISABLED
 
     def __post_init__(self) -> None:
         if self.broker_id < 0:
@@ -79,6 +83,8 @@ class BrokerConfig:
             raise ValueError(f"message.max.bytes must be >= 1: {self.message_max_bytes}")
         if self.replication is not None and self.replication.broker_id != self.broker_id:
             raise ValueError("replication settings are for another broker id")
+        if self.metrics_port != METRICS_DISABLED and not 0 <= self.metrics_port <= 65_535:
+            raise ValueError(f"{METRICS_PORT_KEY} must be -1 (off) or 0..65535")
         if self.listener_name not in self.listeners:
             raise ValueError(f"listeners has no {self.listener_name} listener")
 
@@ -114,6 +120,7 @@ class BrokerConfig:
             server=ServerConfig.from_properties(properties),
             client=ClientConfig.from_properties(_client_properties(properties)),
             lifecycle=BrokerLifecycleConfig.from_properties(properties),
+            metrics_port=metrics_port(properties),
         )
 
 
@@ -172,6 +179,7 @@ def property_defaults() -> dict[str, bool | int | float | str]:
             replication.high_watermark_checkpoint_interval_ms
         ),
         "min.insync.replicas": replication.min_insync_replicas,
+        METRICS_PORT_KEY: METRICS_DISABLED,
     }
     for key, name in _BROKER_LOG_FIELDS.items():
         defaults[key] = getattr(log_defaults, name)

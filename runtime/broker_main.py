@@ -22,6 +22,8 @@ the clean stop: controlled shutdown (leadership moves away first), then the node
 shutdown, which leaves the clean-shutdown marker in the log dir; the exit code is then 0. A
 second signal while stopping is logged and otherwise ignored, so the shutdown is not cut short.
 Exit 1 when the node cannot start (port taken, log dir locked or unreadable). Logs go to stderr.
+The secret lookup, the flags shared with `ketch controller` and the signal-driven run loop are
+runtime/process.py's.
 
 Ownership: `main` owns the event loop and the node; the signal handlers only set an event the
 serving coroutine waits on, on the loop thread.
@@ -30,9 +32,7 @@ serving coroutine waits on, on the loop thread.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
-import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,18 +41,25 @@ from typing import Final
 
 from runtime.broker_config import BrokerConfig, known_properties, property_defaults
 from runtime.clock import SystemClock
-from runtime.config import ConfigError, EffectiveConfig, Value, parse_override, resolve
-from runtime.net import auth
-from runtime.net.tcp import TcpTransport, new_event_loop
-from runtime.net.transport import Address
+from runtime.config import ConfigError, EffectiveConfig, resolve
+from runtime.net.tcp import TcpTransport
 from runtime.node import BrokerNode
+from runtime.process import (
+    EXIT_USAGE,
+    add_node_arguments,
+    configure_logging,
+    overrides,
+    parse_address,
+    parse_args,
+    read_secret,
+    run,
+    serve,
+)
+
+__all__ = ["BrokerSettings", "build_parser", "main", "read_secret", "settings_from_args"]
 
 log = logging.getLogger("ketch.broker")
 
-EXIT_OK: Final = 0
-EXIT_FAILED: Final = 1
-EXIT_USAGE: Final = 2
-SECRET_FILE_NAME: Final = "cluster.secret"
 NATIVE_LISTENER: Final = "native"
 
 
@@ -71,26 +78,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--data-dir", type=Path, required=True, help="this broker's log dir")
     parser.add_argument("--listen", required=True, metavar="HOST:PORT", help="native listener")
     parser.add_argument("--controller", required=True, metavar="HOST:PORT")
-    parser.add_argument("--config", type=Path, help="TOML file of Kafka properties")
-    parser.add_argument("--secret-file", type=Path, help="the cluster credential")
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a property, over the config file (repeatable)",
-    )
+    add_node_arguments(parser)
     return parser
 
 
 def settings_from_args(args: argparse.Namespace) -> BrokerSettings:
     """The broker's configuration and credential; raises ConfigError for anything unusable."""
-    try:
-        listen = Address.parse(args.listen)
-        controller = Address.parse(args.controller)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    flags: dict[str, Value] = dict(parse_override(text) for text in args.set)
+    listen = parse_address(args.listen)
+    controller = parse_address(args.controller)
+    flags = overrides(args)
     flags.update(
         {
             "broker.id": args.id,
@@ -109,57 +105,16 @@ def settings_from_args(args: argparse.Namespace) -> BrokerSettings:
     return BrokerSettings(config, effective, secret, secret_file, unknown)
 
 
-def read_secret(secret_file: Path | None, data_dir: Path) -> tuple[Path, bytes]:
-    candidates = (
-        [secret_file]
-        if secret_file is not None
-        else [data_dir / SECRET_FILE_NAME, data_dir.parent / SECRET_FILE_NAME]
+async def serve_broker(settings: BrokerSettings) -> int:
+    """Run the broker until SIGTERM / SIGINT, then stop it cleanly."""
+    node = BrokerNode(
+        settings.config,
+        transport=TcpTransport(),
+        clock=SystemClock(),
+        cluster_secret=settings.secret,
     )
-    for path in candidates:
-        try:
-            secret = path.read_bytes().strip()
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            raise ConfigError(f"cannot read the cluster secret {path}: {exc.strerror}") from None
-        if len(secret) < auth.MIN_SECRET_BYTES:
-            raise ConfigError(
-                f"the cluster secret in {path} is shorter than {auth.MIN_SECRET_BYTES} bytes"
-            )
-        if path.stat().st_mode & 0o077:
-            log.warning("%s is readable by others than its owner (expected mode 600)", path)
-        return path, secret
-    tried = ", ".join(str(p) for p in candidates)
-    raise ConfigError(f"no cluster secret: none of {tried} exists (use --secret-file)")
 
-
-async def serve(settings: BrokerSettings) -> int:
-    """Run the node until SIGTERM / SIGINT, then stop it cleanly."""
-    loop = asyncio.get_running_loop()
-    stopping = asyncio.Event()
-
-    def on_signal(signum: int) -> None:
-        if stopping.is_set():
-            log.info("%s while stopping: still stopping", signal.Signals(signum).name)
-            return
-        log.info("%s: controlled shutdown, then clean stop", signal.Signals(signum).name)
-        stopping.set()
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, on_signal, signum)
-    try:
-        node = BrokerNode(
-            settings.config,
-            transport=TcpTransport(),
-            clock=SystemClock(),
-            cluster_secret=settings.secret,
-        )
-        try:
-            await node.start()
-        except Exception:
-            # Port taken, log dir locked or unreadable, ...: the node has undone its start.
-            log.exception("broker %d cannot start", settings.config.broker_id)
-            return EXIT_FAILED
+    def started() -> None:
         log.info(
             "broker %d: native listener %s, controller %s, log dirs %s",
             node.broker_id,
@@ -167,24 +122,15 @@ async def serve(settings: BrokerSettings) -> int:
             node.controller,
             ",".join(settings.config.log.log_dirs),
         )
-        await stopping.wait()
-        await node.stop()
-        return EXIT_OK
-    finally:
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(signum)
+
+    return await serve(node, name=f"broker {node.broker_id}", started=started)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:  # argparse has printed the usage error (or --help)
-        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    args = parse_args(build_parser(), argv)
+    if isinstance(args, int):
+        return args
+    configure_logging()
     try:
         settings = settings_from_args(args)
     except ConfigError as exc:
@@ -193,8 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for message in settings.unknown:
         log.warning("%s: ignored", message)
     log.info("cluster secret from %s", settings.secret_file)
-    with asyncio.Runner(loop_factory=new_event_loop) as runner:
-        return runner.run(serve(settings))
+    return run(serve_broker(settings))
 
 
 if __name__ == "__main__":

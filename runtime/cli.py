@@ -1,28 +1,33 @@
 """The `ketch` command.
 
-Subcommands are registered by the layer that implements them; a command of the DESIGN.md contract
-that is not built yet is absent, and `ketch up` (the main job) says what it still needs.
+Subcommands are registered by the layer that implements them (each module's `register`).
+
+Two kinds of subcommand:
+* argparse subcommands (`up`, `topic`, `produce`, `consume`, `cluster`, `config`, `bench`,
+  `dump-log`): a registrar in `_REGISTRARS` adds the parser and sets `handler`;
+* pass-throughs (`broker`, `controller`): a process with its own parser and `main(argv)` in its
+  module; `_PASS_THROUGH` names the module, and everything after the command word goes to that
+  `main` untouched, so `ketch broker --help` is the broker's own help. They still appear in
+  `build_parser()` (with the module's parser as their parser) so `ketch --help` lists them and
+  a caller can parse a full command line to check it.
+
+A new command is one entry in one of the two tables.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Final, Protocol
+
+from bench import latency as bench_latency
+from runtime import cli_cluster_admin, cli_data, cli_status, cli_topic, up
 
 EXIT_OK = 0
 EXIT_USAGE = 2
-
-
-def _cmd_up(args: argparse.Namespace) -> int:
-    print(
-        "ketch up: the local cluster cannot start yet. Storage, the wire protocol, networking "
-        "and the broker's replication layer are built; it still needs the controller (broker "
-        "registration, heartbeats, elections; issue 6) and the process wiring of `ketch up` "
-        "(issue 7).",
-        file=sys.stderr,
-    )
-    return EXIT_USAGE
 
 
 def _cmd_dump_log(args: argparse.Namespace) -> int:
@@ -47,20 +52,62 @@ def _add_dump_log(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     dump.set_defaults(handler=_cmd_dump_log)
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _ProcessModule(Protocol):
+    def build_parser(self) -> argparse.ArgumentParser: ...
+
+    def main(self, argv: Sequence[str] | None = None) -> int: ...
+
+
+# A registrar may return what it added (runtime/cli_status.py returns its group).
+Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], object]
+
+_REGISTRARS: Final[tuple[Registrar, ...]] = (
+    up.register,
+    cli_topic.register,
+    cli_data.register,
+    functools.partial(
+        cli_status.register, cluster_extensions=[cli_cluster_admin.register_cluster_commands]
+    ),
+    bench_latency.register,
+    _add_dump_log,
+)
+# command -> (module with build_parser() and main(argv), help)
+_PASS_THROUGH: Final[dict[str, tuple[str, str]]] = {
+    "broker": ("runtime.broker_main", "run one broker (its own flags: ketch broker --help)"),
+    "controller": (
+        "runtime.controller_main",
+        "run the controller (its own flags: ketch controller --help)",
+    ),
+}
+
+
+def _process_module(command: str) -> _ProcessModule:
+    # Imported on use: `ketch broker` loads only the broker's module, the other commands neither.
+    module: _ProcessModule = importlib.import_module(_PASS_THROUGH[command][0])
+    return module
+
+
+def build_parser(*, node_flags: bool = True) -> argparse.ArgumentParser:
+    """The whole `ketch` parser. With node_flags=False the pass-throughs are only listed (for
+    `ketch --help`), which spares the other commands a second of importing the nodes."""
     parser = argparse.ArgumentParser(prog="ketch", description="A Kafka-style log broker.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    up = commands.add_parser("up", help="run a local cluster in the foreground")
-    up.add_argument("--brokers", type=int, default=3)
-    up.add_argument("--data-dir", default="./data")
-    up.add_argument("--port", type=int, default=9092)
-    up.set_defaults(handler=_cmd_up)
-    _add_dump_log(commands)
+    for register in _REGISTRARS:
+        register(commands)
+    for command, (_, help_text) in _PASS_THROUGH.items():
+        if node_flags:
+            own = _process_module(command).build_parser()
+            commands.add_parser(command, help=help_text, parents=[own], add_help=False)
+        else:
+            commands.add_parser(command, help=help_text)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words and words[0] in _PASS_THROUGH:
+        return _process_module(words[0]).main(words[1:])
+    args = build_parser(node_flags=False).parse_args(words)
     code: int = args.handler(args)
     return code
 

@@ -12,6 +12,11 @@ Only cluster members talk to the controller: every request here needs a connecti
 the cluster credential, forwarded topic requests included (a client must go through a broker),
 so anything else is answered CLUSTER_AUTHORIZATION_FAILED and changes nothing.
 
+With `metrics_port` set (a node's `metrics.port` property, runtime.metrics.metrics_port), a
+MetricsHttpServer on the node's loop serves the controller's gauges (offline partitions,
+controller epoch, active and fenced brokers, unclean elections, mailbox depth); each scrape asks
+the actor once for a snapshot (DescribeCluster), so nothing reads the actor's fields.
+
 If the actor stops on a fatal error (the metadata log failed), `failed` is set: the process
 exits and a restart replays what is really on disk. Ownership: everything runs on the event
 loop; the node only starts, stops and forwards.
@@ -42,6 +47,12 @@ from actors.controller_messages import (
 from runtime.actor import Actor, Ask
 from runtime.clock import Clock
 from runtime.log.metadata_log import MetadataLog
+from runtime.metrics import (
+    METRICS_DISABLED,
+    ControllerGauges,
+    ControllerMetrics,
+    MetricsHttpServer,
+)
 from runtime.net.server import Handler, RequestContext, Server, ServerConfig
 from runtime.net.transport import Address, Transport
 from wire.errors import ErrorCode
@@ -70,6 +81,7 @@ class ControllerNode:
         server_config: ServerConfig | None = None,
         channel_config: ChannelConfig | None = None,
         rng: random.Random | None = None,
+        metrics_port: int = METRICS_DISABLED,
     ) -> None:
         self.config = config
         self.failed = asyncio.Event()
@@ -101,6 +113,25 @@ class ControllerNode:
             clock=clock,
             config=server_config,
             cluster_secret=cluster_secret,
+        )
+        self.metrics = ControllerMetrics(
+            self._gauges, lambda: [("Controller", self.actor.statistics())]
+        )
+        self.metrics_server: MetricsHttpServer | None = None
+        if metrics_port != METRICS_DISABLED:
+            self.metrics_server = MetricsHttpServer(
+                self.metrics, listen.host, metrics_port, clock=clock
+            )
+
+    async def _gauges(self) -> ControllerGauges:
+        status = await self.status()
+        fenced = sum(1 for b in status.brokers if b.state == "fenced")
+        return ControllerGauges(
+            controller_epoch=status.controller_epoch,
+            offline_partitions=status.offline_partitions,
+            active_brokers=len(status.brokers) - fenced,
+            fenced_brokers=fenced,
+            unclean_elections=status.unclean_elections,
         )
 
     def _forward(self, message: Callable[[Any], Ask[Any]]) -> Handler:
@@ -148,6 +179,8 @@ class ControllerNode:
         # The log is replayed and the new epoch written before any broker is heard.
         await self.actor.ask(DescribeCluster())
         await self.server.start()
+        if self.metrics_server is not None:
+            await self.metrics_server.start()
         log.info(
             "controller %d (epoch %d) serving at %s",
             self.config.controller_id,
@@ -159,6 +192,8 @@ class ControllerNode:
         return await self.actor.ask(DescribeCluster())
 
     async def stop(self) -> None:
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
         await self.server.stop()
         await self.actor.stop()
         await self.channels.close()

@@ -19,6 +19,9 @@ It builds and wires the broker's parts and owns their lifetimes:
     RequestPath             Produce / Fetch / ListOffsets / OffsetForLeaderEpoch
     Server                  the native listener, handlers by API key; control-plane requests
                             are served only on connections that proved the cluster secret
+    BrokerMetrics           Prometheus metrics (runtime/metrics.py), always collected in
+                            memory; with metrics.port set, request latencies are observed and
+                            a MetricsHttpServer serves them on the node's loop
 
 Start order is bottom-up (logs, then what appends to them, then the listener), so no request
 can reach a part that is not running; registration starts last, in the background, so the broker
@@ -46,7 +49,7 @@ import asyncio
 import contextlib
 import enum
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Final
 
 from actors.alter_partition_manager import AlterPartitionManager
@@ -62,10 +65,12 @@ from actors.replica_manager import (
     SetBrokerEpoch,
 )
 from actors.request_path import RequestPath
+from runtime.actor import ActorStatistics
 from runtime.broker_config import BrokerConfig
 from runtime.broker_lifecycle import BrokerLifecycle, ControllerForwarder
 from runtime.clock import Clock
 from runtime.log.manager import LoadedDir, LogManager
+from runtime.metrics import METRICS_DISABLED, BrokerMetrics, MetricsHttpServer
 from runtime.net.client import Client
 from runtime.net.server import Handler, RequestContext, Server
 from runtime.net.transport import Address, Transport
@@ -155,6 +160,18 @@ class BrokerNode:
 
         self.log_manager = LogManager(config.log, clock)
         self.delayed = DelayedOperations(clock)
+        # Built first: the ReplicaManager and the server take its hooks. Its sources are read
+        # only at scrape time, by which point every part exists.
+        self.metrics = BrokerMetrics(
+            replica_counts=lambda: self.replica_manager.partition_counts(),
+            purgatories={"Produce": self.delayed.produce, "Fetch": self.delayed.fetch},
+            mailboxes=self._mailboxes,
+        )
+        self.metrics_server: MetricsHttpServer | None = None
+        if config.metrics_port != METRICS_DISABLED:
+            self.metrics_server = MetricsHttpServer(
+                self.metrics, config.listen_address.host, config.metrics_port, clock=clock
+            )
         self._fetch_clients: set[_FetchClient] = set()
         # Built below; the fetchers and the ReplicaManager need each other's lookups.
         self.replica_manager: ReplicaManager
@@ -201,6 +218,7 @@ class BrokerNode:
             self.fetchers,
             self.delayed,
             self.alter_partition,
+            isr_change_listener=self.metrics.isr_changes,
             clock=clock,
         )
         self.request_path = RequestPath(
@@ -217,6 +235,10 @@ class BrokerNode:
             clock=clock,
             config=config.server,
             cluster_secret=cluster_secret,
+            # Latency is the one per-request metric; a node without an endpoint skips it.
+            request_observer=(
+                None if self.metrics_server is None else self.metrics.requests.observe
+            ),
         )
         self._log_task: asyncio.Task[None] | None = None
 
@@ -238,6 +260,12 @@ class BrokerNode:
         response = await self._control_client.send(self.controller, request)
         assert isinstance(response, AlterPartitionResponse), response
         return response
+
+    def _mailboxes(self) -> Iterator[tuple[str, ActorStatistics]]:
+        """Every running actor of the broker, by kind (for the mailbox-depth gauges)."""
+        yield "ReplicaManager", self.replica_manager.statistics()
+        for actor in self.replica_manager.routes.values():
+            yield "Partition", actor.statistics()
 
     def _registration_listeners(self) -> list[BrokerRegistrationListener]:
         """Every configured listener, the served one at its bound address (port 0 resolved)."""
@@ -350,6 +378,8 @@ class BrokerNode:
             await self.alter_partition.start()
             await self.replica_manager.start()
             await self.server.start()
+            if self.metrics_server is not None:
+                await self.metrics_server.start()
             if self.lifecycle is not None:
                 await self.lifecycle.start()
         except BaseException:
@@ -370,6 +400,7 @@ class BrokerNode:
             # the leadership it moves away come to this broker.
             await self.lifecycle.controlled_shutdown()
             await self.lifecycle.stop()
+        await self._stop_metrics_server()
         await self.server.stop()
         await self.fetchers.shutdown()
         await self.replica_manager.stop()  # partition actors stop; last HW checkpoint
@@ -393,6 +424,7 @@ class BrokerNode:
     async def _abort(self) -> None:
         if self.lifecycle is not None:
             await self.lifecycle.stop()
+        await self._stop_metrics_server()
         await self.server.stop()
         await self.fetchers.shutdown()
         await self.replica_manager.abort()
@@ -401,6 +433,10 @@ class BrokerNode:
         await self._stop_log_task()
         self.log_manager.abandon()
         await self._close_clients()
+
+    async def _stop_metrics_server(self) -> None:
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
 
     async def _stop_log_task(self) -> None:
         task, self._log_task = self._log_task, None

@@ -305,6 +305,13 @@ async def test_controlled_shutdown_with_no_other_isr_member_reports_the_partitio
         ControlledShutdown(ControlledShutdownRequest(broker_id=1, broker_epoch=-5))
     )
     assert stale.error is ErrorCode.STALE_BROKER_EPOCH
+    # Once broker 1 is gone too, nothing could take the partition over: not reported, so the
+    # last broker of a cluster does not retry in vain.
+    await kill(harness, 1, alive=(0, 2))
+    last = await harness.controller.ask(
+        ControlledShutdown(ControlledShutdownRequest(broker_id=0, broker_epoch=harness.epochs[0]))
+    )
+    assert last.remaining_partitions == []
 
 
 # -- topics ----------------------------------------------------------------------------------------

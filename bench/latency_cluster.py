@@ -1,0 +1,209 @@
+"""The cluster `ketch bench latency` measures when no --bootstrap is given.
+
+* `process_cluster`: a controller and N brokers as child processes (`python -m runtime.cli
+  controller|broker ...`, DESIGN.md's command line contract) on free 127.0.0.1 ports, in a
+  temporary data dir with its own `cluster.secret`. Preferred: the followers' fetch and append
+  work then runs on other cores, not on the benchmark client's event loop.
+* `in_process_cluster`: bench/cluster.py's BenchCluster (the real controller and brokers, TCP,
+  ONE event loop shared with the client), for when the process commands are not available.
+
+Both are async context managers yielding the brokers' addresses. The process cluster is owned
+by the coroutine that entered it (it alone starts, polls and stops the children), so no lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import signal
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Final
+
+from bench.cluster import BenchCluster
+from runtime.clock import SystemClock
+from runtime.net.client import Client
+from runtime.net.client_errors import ClientError
+from runtime.net.transport import Address, Transport
+from wire.messages import DescribeClusterRequest, DescribeClusterResponse
+
+LOCALHOST: Final = "127.0.0.1"
+READY_TIMEOUT_S: Final = 30.0
+STOP_TIMEOUT_S: Final = 15.0
+_POLL_S: Final = 0.1
+_LOG_TAIL_CHARS: Final = 2_000
+# The cluster and its data are thrown away afterwards: moving leadership off each broker first
+# would only cost time, and for the last broker (nowhere to move to) it costs every retry and
+# backoff before it gives up, as Kafka's does.
+TEARDOWN_PROPERTIES: Final = {"controlled.shutdown.enable": False}
+
+
+def process_commands_available() -> bool:
+    """True when `ketch controller` and `ketch broker` are registered in runtime/cli.py."""
+    from runtime import cli
+
+    parser = cli.build_parser()
+    for action in parser._actions:
+        choices = getattr(action, "choices", None)
+        if isinstance(choices, dict):
+            return {"controller", "broker"} <= set(choices)
+    return False
+
+
+@contextlib.asynccontextmanager
+async def in_process_cluster(
+    brokers: int, transport: Transport, min_insync_replicas: int
+) -> AsyncIterator[list[Address]]:
+    properties = {"min.insync.replicas": min_insync_replicas, **TEARDOWN_PROPERTIES}
+    async with BenchCluster(
+        brokers, transport=transport, clock=SystemClock(), properties=properties
+    ) as cluster:
+        yield cluster.addresses
+
+
+def _free_port() -> int:
+    # Bound and released: another process could take it before the child binds it, a race a
+    # benchmark on a developer machine accepts (a child that cannot bind fails loudly).
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOCALHOST, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class _Child:
+    def __init__(self, name: str, process: asyncio.subprocess.Process, log: Path) -> None:
+        self.name = name
+        self.process = process
+        self.log = log
+
+    def tail(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-_LOG_TAIL_CHARS:]
+        except OSError:
+            return "(no log)"
+
+
+async def _spawn(name: str, args: list[str], logs: Path) -> _Child:
+    log = logs / f"{name}.log"
+    with log.open("wb") as out:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "runtime.cli",
+            *args,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=out,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+    return _Child(name, process, log)
+
+
+async def _stop(child: _Child) -> None:
+    if child.process.returncode is not None:
+        return
+    # SIGTERM: the node's clean shutdown (broker_main.py; controlled shutdown is off here).
+    child.process.send_signal(signal.SIGTERM)
+    try:
+        await asyncio.wait_for(child.process.wait(), STOP_TIMEOUT_S)
+    except TimeoutError:
+        child.process.kill()
+        await child.process.wait()
+
+
+async def _wait_ready(
+    children: list[_Child], addresses: list[Address], transport: Transport
+) -> None:
+    """Until DescribeCluster (forwarded by a broker) lists every broker as running."""
+    client = Client(addresses, transport=transport, clock=SystemClock(), client_id="bench-ready")
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    try:
+        while True:
+            for child in children:
+                if child.process.returncode is not None:
+                    raise RuntimeError(
+                        f"{child.name} exited with {child.process.returncode} while starting:\n"
+                        f"{child.tail()}"
+                    )
+            with contextlib.suppress(ClientError):
+                response = await client.send_any(DescribeClusterRequest(), timeout_ms=2_000)
+                if isinstance(response, DescribeClusterResponse) and response.error_code == 0:
+                    running = [b for b in response.brokers if b.state == "running"]
+                    if len(running) == len(addresses):
+                        return
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the cluster was not ready within {READY_TIMEOUT_S:.0f} s; logs:\n"
+                    + "\n".join(f"--- {c.name}\n{c.tail()}" for c in children)
+                )
+            await asyncio.sleep(_POLL_S)
+    finally:
+        await client.close()
+
+
+@contextlib.asynccontextmanager
+async def process_cluster(
+    brokers: int, transport: Transport, min_insync_replicas: int
+) -> AsyncIterator[list[Address]]:
+    with tempfile.TemporaryDirectory(prefix="ketch-bench-latency-") as tmp:
+        root = Path(tmp)
+        logs = root / "logs"
+        logs.mkdir()
+        secret_file = root / "cluster.secret"
+        secret_file.write_text(secrets.token_hex(32) + "\n")
+        secret_file.chmod(0o600)
+        controller_port = _free_port()
+        children: list[_Child] = []
+        try:
+            children.append(
+                await _spawn(
+                    "controller",
+                    [
+                        "controller",
+                        "--data-dir",
+                        str(root / "controller"),
+                        "--listen",
+                        f"{LOCALHOST}:{controller_port}",
+                        "--secret-file",
+                        str(secret_file),
+                    ],
+                    logs,
+                )
+            )
+            addresses: list[Address] = []
+            for broker_id in range(brokers):
+                port = _free_port()
+                addresses.append(Address(LOCALHOST, port))
+                children.append(
+                    await _spawn(
+                        f"broker-{broker_id}",
+                        [
+                            "broker",
+                            "--id",
+                            str(broker_id),
+                            "--data-dir",
+                            str(root / f"broker-{broker_id}"),
+                            "--listen",
+                            f"{LOCALHOST}:{port}",
+                            "--controller",
+                            f"{LOCALHOST}:{controller_port}",
+                            "--secret-file",
+                            str(secret_file),
+                            "--set",
+                            f"min.insync.replicas={min_insync_replicas}",
+                            "--set",
+                            "controlled.shutdown.enable=false",
+                        ],
+                        logs,
+                    )
+                )
+            await _wait_ready(children, addresses, transport)
+            yield addresses
+        finally:
+            # Brokers first, while the controller they deregister from is still there.
+            for child in reversed(children):
+                await _stop(child)

@@ -1,0 +1,378 @@
+"""`ketch up` as a real process tree on 127.0.0.1: the supervisor (`python -m runtime.up`), the
+controller and three brokers (`python -m runtime.cli controller|broker`).
+
+One scenario, in order: ready (cluster.json, every broker registered, the layout and the secret's
+mode); a topic created through a broker; records produced with acks=all and consumed back;
+`shutdown-broker` keeps a broker down (clean-shutdown marker, no restart) while the cluster goes
+on, `start-broker` brings it back; an unknown id exits 2; SIGINT stops everything in order with
+exit 0 and a clean-shutdown marker in every broker dir; with no supervisor the commands exit 1;
+a second `ketch up` on the same data dir serves the topic and every record again.
+
+Short timeouts come from the TOML config passed to every node. Waits are bounded polls of a
+condition on processes that run on the wall clock; in `finally` every process this test saw is
+killed by its PID (the children run in sessions of their own, so each is killed by its group).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import random
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+
+from runtime.cli_cluster_admin import control_broker
+from runtime.clock import SystemClock
+from runtime.log.manager import CLEAN_SHUTDOWN_FILE
+from runtime.net.auth import MIN_SECRET_BYTES
+from runtime.net.client import Client
+from runtime.net.client_errors import ClientError
+from runtime.net.consumer import Consumer
+from runtime.net.producer import Producer
+from runtime.net.tcp import TcpTransport
+from runtime.net.transport import Address
+from runtime.up import CONTROLLER_PORT_OFFSET, Child, ChildSpec, ChildState
+from runtime.up import main as up_main
+from runtime.up_control import (
+    SHUTDOWN_BROKER,
+    START_BROKER,
+    ControlReply,
+    ControlRequest,
+    decode_reply,
+    decode_request,
+)
+from runtime.up_layout import Layout
+from wire.errors import ErrorCode
+from wire.messages import (
+    CreatableTopic,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
+)
+
+REPO: Final = Path(__file__).resolve().parents[2]
+BROKERS: Final = 3
+TOPIC: Final = "up-events"
+WAIT_S: Final = 30.0
+CONFIG: Final = """\
+"broker.heartbeat.interval.ms" = 100
+"broker.session.timeout.ms" = 600
+"controlled.shutdown.retry.backoff.ms" = 100
+"""
+
+
+def free_base_port() -> int:
+    """A base port with port+0..BROKERS-1 and port+100 free right now (a later bind can still
+    race another process; the range is random to make that unlikely)."""
+    seed = time.time_ns()
+    rng = random.Random(seed)
+    for _ in range(200):
+        base = rng.randrange(20_000, 60_000)
+        sockets = []
+        try:
+            for port in (*range(base, base + BROKERS), base + CONTROLLER_PORT_OFFSET):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sockets.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+    raise AssertionError(f"no free port range found (seed {seed})")
+
+
+def wait_until(condition: Callable[[], bool], what: str, up: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert up.poll() is None, f"ketch up exited ({up.returncode}) while waiting for {what}"
+        assert time.monotonic() < deadline, f"{what} not reached within {WAIT_S} s"
+        time.sleep(0.05)
+
+
+class Cluster:
+    """The `ketch up` processes of the test, and every pid they reported."""
+
+    def __init__(self, data_dir: Path, port: int, config: Path, output: Path) -> None:
+        self.data_dir = data_dir
+        self.port = port
+        self.config = config
+        self.output = output
+        self.up: subprocess.Popen[bytes] | None = None
+        self.pids: set[int] = set()
+
+    @property
+    def addresses(self) -> list[Address]:
+        return [Address("127.0.0.1", self.port + i) for i in range(BROKERS)]
+
+    def start(self) -> dict[str, Any]:
+        with self.output.open("ab") as out:
+            self.up = subprocess.Popen(
+                [
+                    sys.executable, "-m", "runtime.up", "--brokers", str(BROKERS),
+                    "--data-dir", str(self.data_dir), "--port", str(self.port),
+                    "--config", str(self.config),
+                ],
+                cwd=REPO,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        cluster_json = self.data_dir / "cluster.json"
+        wait_until(cluster_json.exists, "cluster.json", self.up)
+        return self.read_cluster()
+
+    @property
+    def up_process(self) -> subprocess.Popen[bytes]:
+        assert self.up is not None
+        return self.up
+
+    def read_cluster(self) -> dict[str, Any]:
+        document: dict[str, Any] = json.loads((self.data_dir / "cluster.json").read_text())
+        nodes = [document["controller"], *document["brokers"]]
+        self.pids |= {node["pid"] for node in nodes if node["pid"] is not None}
+        return document
+
+    def interrupt(self) -> int:
+        assert self.up is not None
+        self.up.send_signal(signal.SIGINT)
+        return self.up.wait(WAIT_S)
+
+    def log(self) -> str:
+        return self.output.read_text(errors="replace")
+
+    def kill_all(self) -> None:
+        if self.up is not None and self.up.poll() is None:
+            self.up.kill()
+            self.up.wait()
+        for pid in self.pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    config = tmp_path / "ketch.toml"
+    config.write_text(CONFIG)
+    # Short: the control socket's path must fit in sun_path (108 bytes).
+    data_dir = tmp_path / "d"
+    running = Cluster(data_dir, free_base_port(), config, tmp_path / "up.out")
+    try:
+        yield running
+    finally:
+        running.kill_all()
+
+
+async def create_topic(addresses: list[Address]) -> None:
+    async with Client(addresses, transport=TcpTransport(), clock=SystemClock()) as client:
+        request = CreateTopicsRequest(
+            topics=[CreatableTopic(name=TOPIC, num_partitions=1, replication_factor=BROKERS)]
+        )
+        response = await client.send(addresses[0], request)
+        assert isinstance(response, CreateTopicsResponse), response
+        assert response.topics[0].error_code == ErrorCode.NONE, response
+        await client.wait_for_topic(TOPIC, timeout_ms=WAIT_S * 1000)
+
+
+async def wait_serving(address: Address, broker_id: int) -> None:
+    """Until the broker at `address` answers and the controller lists it as running."""
+    deadline = time.monotonic() + WAIT_S
+    async with Client([address], transport=TcpTransport(), clock=SystemClock()) as client:
+        while True:
+            with contextlib.suppress(ClientError):
+                response = await client.send(address, DescribeClusterRequest())
+                assert isinstance(response, DescribeClusterResponse), response
+                states = {b.broker_id: b.state for b in response.brokers}
+                if states.get(broker_id) == "running":
+                    return
+            assert time.monotonic() < deadline, f"broker {broker_id} not serving in {WAIT_S} s"
+            await asyncio.sleep(0.05)
+
+
+async def produce(addresses: list[Address], values: list[bytes]) -> None:
+    client = Client(addresses, transport=TcpTransport(), clock=SystemClock())
+    async with Producer(client, owns_client=True) as producer:  # acks=all is the default
+        assert producer.config.acks == -1
+        futures = [await producer.send(TOPIC, None, value, partition=0) for value in values]
+        await producer.flush()
+        for future in futures:
+            metadata = await future
+            assert metadata.offset >= 0
+
+
+async def consume(addresses: list[Address], count: int) -> list[bytes]:
+    client = Client(addresses, transport=TcpTransport(), clock=SystemClock())
+    async with Consumer(client, owns_client=True) as consumer:
+        consumer.assign([(TOPIC, 0)])
+        consumer.seek_to_beginning((TOPIC, 0))
+        values: list[bytes] = []
+        deadline = time.monotonic() + WAIT_S
+        while len(values) < count and time.monotonic() < deadline:
+            for record in await consumer.poll(timeout_ms=500):
+                assert record.value is not None
+                values.append(record.value)
+        return values
+
+
+def test_up_serves_stops_one_broker_and_recovers_after_restart(cluster: Cluster) -> None:
+    document = cluster.start()
+    data_dir = cluster.data_dir
+    assert document["controller"]["port"] == cluster.port + CONTROLLER_PORT_OFFSET
+    assert [b["id"] for b in document["brokers"]] == list(range(BROKERS))
+    for broker in document["brokers"]:
+        assert broker["port"] == cluster.port + broker["id"]
+        assert broker["kafka_port"] is None
+        assert broker["pid"] is not None
+        assert broker["data_dir"] == str(data_dir / f"broker-{broker['id']}")
+    assert stat.S_IMODE((data_dir / "cluster.secret").stat().st_mode) == 0o600
+    assert (data_dir / "controller").is_dir()
+    for node in ("controller", *(f"broker-{i}" for i in range(BROKERS))):
+        assert (data_dir / "logs" / f"{node}.log").exists(), node
+    assert "ready" in cluster.log()
+    # A second supervisor for the same data dir refuses to start.
+    second_up = [
+        "--data-dir", str(data_dir), "--port", str(cluster.port), "--config", str(cluster.config),
+    ]  # fmt: skip
+    assert up_main(second_up) == 1
+
+    first = [f"record-{i}".encode() for i in range(20)]
+    asyncio.run(create_topic(cluster.addresses))
+    asyncio.run(produce(cluster.addresses, first))
+    assert asyncio.run(consume(cluster.addresses, len(first))) == first, cluster.log()
+
+    # A broker that dies is reported and restarted.
+    killed_pid = document["brokers"][0]["pid"]
+    os.kill(killed_pid, signal.SIGKILL)
+    wait_until(
+        lambda: cluster.read_cluster()["brokers"][0]["pid"] not in (None, killed_pid),
+        "broker 0 restarted",
+        cluster.up_process,
+    )
+    asyncio.run(wait_serving(cluster.addresses[0], 0))
+    assert "broker-0 exited (killed by SIGKILL)" in cluster.log()
+
+    # shutdown-broker: a controlled shutdown; the broker stays down, the others go on.
+    old_pid = document["brokers"][2]["pid"]
+    assert control_broker(SHUTDOWN_BROKER, 2, data_dir) == 0, cluster.log()
+    assert (data_dir / "broker-2" / CLEAN_SHUTDOWN_FILE).exists()
+    assert cluster.read_cluster()["brokers"][2]["pid"] is None
+    with pytest.raises(ProcessLookupError):
+        os.kill(old_pid, 0)
+    second = [f"while-down-{i}".encode() for i in range(5)]
+    asyncio.run(produce(cluster.addresses[:2], second))
+    assert control_broker(SHUTDOWN_BROKER, 2, data_dir) == 0  # already stopped: nothing to do
+    assert control_broker(SHUTDOWN_BROKER, 7, data_dir) == 2
+    assert cluster.read_cluster()["brokers"][2]["pid"] is None  # not restarted meanwhile
+
+    assert control_broker(START_BROKER, 2, data_dir) == 0, cluster.log()
+    new_pid = cluster.read_cluster()["brokers"][2]["pid"]
+    assert new_pid is not None
+    assert new_pid != old_pid
+    assert control_broker(START_BROKER, 7, data_dir) == 2
+
+    # Ctrl-C: every broker stops cleanly, then the controller; exit 0.
+    code = cluster.interrupt()
+    assert code == 0, cluster.log()
+    for i in range(BROKERS):
+        assert (data_dir / f"broker-{i}" / CLEAN_SHUTDOWN_FILE).exists(), (i, cluster.log())
+    assert not (data_dir / "up.sock").exists()
+    assert not (data_dir / "cluster.json").exists()
+    for pid in cluster.pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    assert control_broker(START_BROKER, 2, data_dir) == 1  # no cluster running
+
+    # The same data dir again: the topic and every record are there.
+    secret = (data_dir / "cluster.secret").read_bytes()
+    cluster.start()
+    assert (data_dir / "cluster.secret").read_bytes() == secret  # created once
+    expected = first + second
+    assert asyncio.run(consume(cluster.addresses, len(expected))) == expected, cluster.log()
+    assert cluster.interrupt() == 0, cluster.log()
+
+
+def test_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert up_main(["--brokers", "0", "--data-dir", str(tmp_path)]) == 2
+    assert "--brokers must be at least 1" in capsys.readouterr().err
+    assert up_main(["--config", str(tmp_path / "missing.toml"), "--data-dir", str(tmp_path)]) == 2
+    assert "config file not found" in capsys.readouterr().err
+    assert up_main(["--port", "65500", "--data-dir", str(tmp_path)]) == 2
+    assert "--port out of range" in capsys.readouterr().err
+    assert not (tmp_path / "cluster.secret").exists()  # nothing was created
+
+
+def test_admin_commands_without_a_cluster(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from runtime.cli import main
+
+    assert main(["cluster", "shutdown-broker", "1", "--data-dir", str(tmp_path)]) == 1
+    assert f"no `ketch up` cluster is running at {tmp_path}" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as usage:
+        main(["cluster", "start-broker", "x"])
+    assert usage.value.code == 2
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (b"not json\n", "malformed request"),
+        (b"[1, 2]\n", "malformed request"),
+        (b'{"command": "reboot", "broker": 1}\n', "unknown command 'reboot'"),
+        (b'{"command": "start-broker"}\n', "start-broker needs a broker id"),
+        (b'{"command": "shutdown-broker", "broker": true}\n', "must be an integer"),
+        (b'{"command": "shutdown-broker", "broker": "1"}\n', "must be an integer"),
+    ],
+)
+def test_bad_control_requests_are_usage_errors(line: bytes, message: str) -> None:
+    reply = decode_request(line)
+    assert isinstance(reply, ControlReply)
+    assert not reply.ok
+    assert reply.exit_code == 2
+    assert message in reply.message
+
+
+def test_control_messages_round_trip() -> None:
+    request = ControlRequest(SHUTDOWN_BROKER, 4)
+    assert decode_request(request.encode()) == request
+    reply = ControlReply(False, 2, "unknown broker id 4")
+    assert decode_reply(reply.encode()) == reply
+
+
+def test_layout_creates_the_secret_once_with_mode_600(tmp_path: Path) -> None:
+    layout = Layout(tmp_path / "d")
+    layout.prepare(range(2))
+    secret = layout.secret_file.read_bytes()
+    assert stat.S_IMODE(layout.secret_file.stat().st_mode) == 0o600
+    assert len(secret.strip()) >= MIN_SECRET_BYTES
+    assert [p.name for p in sorted(layout.root.iterdir())] == [
+        "broker-0", "broker-1", "cluster.secret", "controller", "logs",
+    ]  # fmt: skip
+    layout.prepare(range(3))  # a second `ketch up`, with one broker more
+    assert layout.secret_file.read_bytes() == secret
+    assert layout.broker_dir(2).is_dir()
+
+
+def test_a_child_rejects_an_illegal_state_change() -> None:
+    spec = ChildSpec("broker-0", 0, Address("127.0.0.1", 9092), ("true",), Path("x.log"))
+    child = Child(spec)
+    with pytest.raises(AssertionError):
+        child.move(ChildState.STOPPING)  # nothing runs, so nothing can be stopping
+    child.move(ChildState.RUNNING)
+    child.move(ChildState.BACKOFF)
+    with pytest.raises(AssertionError):
+        child.move(ChildState.STOPPING)  # a stop during the backoff goes straight to DOWN
+    child.move(ChildState.DOWN)
