@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(PY) -m bench.rpc
 	$(PY) -m bench.replication
 	$(PY) -m bench.failover
+	$(PY) -m bench.verify
 	$(VENV)/bin/ketch bench latency --duration 30 --json bench-latency.json --plot bench-latency.png
 
 clean:

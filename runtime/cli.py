@@ -78,6 +78,8 @@ _PASS_THROUGH: Final[dict[str, tuple[str, str]]] = {
         "runtime.controller_main",
         "run the controller (its own flags: ketch controller --help)",
     ),
+    "verify": ("offline.verify", "check a cluster's log dirs with Spark (ketch verify --help)"),
+    "compact": ("offline.compact", "compact a topic offline with Spark (ketch compact --help)"),
 }
 
 

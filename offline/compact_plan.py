@@ -1,0 +1,252 @@
+"""Planning an offline compaction: topic settings and the cleanable segments of each partition.
+
+Pure file inspection, no Spark and no writes. `plan_topic` lists the ``<topic>-<p>`` directories
+of one broker log dir and, per partition, picks the segments a pass may rewrite. As Kafka's
+cleaner, the cleanable range is a prefix of the log: it starts at the first segment and ends
+before the first segment that is
+
+* the active (last) segment, which the broker still appends to;
+* not wholly below the high watermark from ``replication-offset-checkpoint`` (records above the
+  HW may still be truncated, so they may neither be rewritten nor supersede older records);
+* younger than ``min.compaction.lag.ms`` (its largest record timestamp, or its file's mtime when
+  no batch carries a timestamp, as `LogSegment.largest_timestamp`, is after ``now - lag``).
+
+Empty segments at the end of that prefix are left out, so the last planned segment ends with a
+batch (the install's swap range depends on that, see `offline.compact_install`).
+
+Topic settings come from Kafka's defaults, overridden by ``topic-configs.json`` in the data
+dir's parent (``{"<topic>": {"cleanup.policy": "compact", ...}}``), overridden by explicit
+``--config k=v`` values. Everything here is a plain value owned by the caller; no state is shared.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from runtime.log.checkpoints import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
+from runtime.log.config import LogConfig
+from runtime.log.errors import CorruptCheckpointError
+from runtime.log.file_batches import FileBatches
+from runtime.log.partition_dir import TopicPartition
+from runtime.log.segment import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    LOG_SUFFIX,
+    SWAP_SUFFIX,
+    offset_from_file_name,
+)
+
+TOPIC_CONFIGS_FILE: Final = "topic-configs.json"
+DEFAULT_DELETE_RETENTION_MS: Final = 86_400_000  # Kafka's delete.retention.ms: one day
+DEFAULT_MIN_COMPACTION_LAG_MS: Final = 0
+NO_TIMESTAMP: Final = -1
+
+
+class CompactError(Exception):
+    """A compaction that must not proceed (bad input, refused install); the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompactConfig:
+    """The topic settings compaction reads, with Kafka's names in `from_properties`."""
+
+    cleanup_policy: str = "delete"
+    min_compaction_lag_ms: int = DEFAULT_MIN_COMPACTION_LAG_MS
+    delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS
+    log: LogConfig = field(default_factory=LogConfig)
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, object]) -> CompactConfig:
+        log = LogConfig.from_properties(props)  # validates cleanup.policy and segment settings
+        lag = _non_negative(props, "min.compaction.lag.ms", DEFAULT_MIN_COMPACTION_LAG_MS)
+        retention = _non_negative(props, "delete.retention.ms", DEFAULT_DELETE_RETENTION_MS)
+        return cls(log.cleanup_policy, lag, retention, log)
+
+
+def _non_negative(props: Mapping[str, object], key: str, default: int) -> int:
+    raw = props.get(key, default)
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise CompactError(f"{key}: expected an integer, got {raw!r}") from None
+    if value < 0:
+        raise CompactError(f"{key} must be >= 0, got {value}")
+    return value
+
+
+def read_topic_configs(data_dir: Path) -> dict[str, dict[str, object]]:
+    """``topic-configs.json`` from the data dir's parent; empty when absent."""
+    path = data_dir.resolve().parent / TOPIC_CONFIGS_FILE
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}
+    try:
+        loaded = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CompactError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(loaded, dict) or not all(isinstance(v, dict) for v in loaded.values()):
+        raise CompactError(f'{path}: expected {{"<topic>": {{"<key>": <value>, ...}}, ...}}')
+    return {str(topic): dict(settings) for topic, settings in loaded.items()}
+
+
+def resolve_config(
+    data_dir: Path, topic: str, overrides: Mapping[str, object] | None = None
+) -> CompactConfig:
+    props: dict[str, object] = dict(read_topic_configs(data_dir).get(topic, {}))
+    props.update(overrides or {})
+    try:
+        return CompactConfig.from_properties(props)
+    except ValueError as exc:
+        raise CompactError(f"topic {topic}: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class SourceSegment:
+    """One existing segment: base offset, size, next offset and largest timestamp."""
+
+    base_offset: int
+    size_bytes: int
+    next_offset: int
+    largest_timestamp: int  # largest batch max timestamp, else the file's mtime
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionPlan:
+    """What one pass does to one partition: rewrite `sources` (a prefix of the log)."""
+
+    topic: str
+    partition: int
+    directory: Path
+    high_watermark: int
+    sources: tuple[SourceSegment, ...]  # the segments to clean, ascending; may be empty
+    total_segments: int
+    stop_reason: str  # why the cleanable range ends where it does
+    stop_kind: str  # the same in two words: "active segment", "above HW", "compaction lag"
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+    @property
+    def clean_end_offset(self) -> int:
+        """First offset after the cleaned range (Kafka's cleaner checkpoint value)."""
+        return self.sources[-1].next_offset if self.sources else -1
+
+    @property
+    def source_bytes(self) -> int:
+        return sum(s.size_bytes for s in self.sources)
+
+
+def read_source_segment(log_path: Path) -> SourceSegment:
+    """Scan the batch headers of a `.log` file; raises CompactError on a damaged file."""
+    base = offset_from_file_name(log_path.name)
+    fd = os.open(log_path, os.O_RDONLY)
+    try:
+        stat = os.fstat(fd)
+        scan = FileBatches(fd, 0, stat.st_size, validate=False)
+        next_offset, max_ts = base, NO_TIMESTAMP
+        for _, header, _ in scan:
+            next_offset = header.next_offset
+            max_ts = max(max_ts, header.max_timestamp)
+        if scan.error is not None:
+            raise CompactError(
+                f"{log_path}: {scan.error} at byte {scan.error_position}; run `ketch verify` "
+                "and let the broker recover the log before compacting"
+            )
+    finally:
+        os.close(fd)
+    largest = max_ts if max_ts >= 0 else stat.st_mtime_ns // 1_000_000
+    return SourceSegment(base, stat.st_size, next_offset, largest)
+
+
+def _check_no_unfinished_swap(directory: Path) -> None:
+    for path in directory.iterdir():
+        if path.name.endswith((CLEANED_SUFFIX, SWAP_SUFFIX, DELETED_SUFFIX)):
+            raise CompactError(
+                f"{path} is left from an unfinished swap or deletion; start and stop the broker "
+                "once (its log loading finishes or undoes it) before compacting"
+            )
+
+
+def plan_partition(
+    directory: Path, high_watermark: int, config: CompactConfig, now_ms: int
+) -> PartitionPlan:
+    tp = TopicPartition.from_dir_name(directory.name)
+    _check_no_unfinished_swap(directory)
+    logs = sorted(
+        (p for p in directory.iterdir() if p.name.endswith(LOG_SUFFIX)),
+        key=lambda p: offset_from_file_name(p.name),
+    )
+    segments = [read_source_segment(p) for p in logs]
+    lag_limit = now_ms - config.min_compaction_lag_ms
+    chosen: list[SourceSegment] = []
+    reason = kind = "no segments"
+    for i, segment in enumerate(segments):
+        if i == len(segments) - 1:
+            reason = f"segment {segment.base_offset} is the active segment"
+            kind = "active segment"
+            break
+        if segment.next_offset > high_watermark:
+            reason = (
+                f"segment {segment.base_offset} ends at {segment.next_offset}, above the high "
+                f"watermark {high_watermark}"
+            )
+            kind = "above HW"
+            break
+        if segment.largest_timestamp > lag_limit:
+            reason = (
+                f"segment {segment.base_offset} has records newer than min.compaction.lag.ms "
+                f"({config.min_compaction_lag_ms} ms)"
+            )
+            kind = "compaction lag"
+            break
+        chosen.append(segment)
+    while chosen and chosen[-1].next_offset == chosen[-1].base_offset:
+        chosen.pop()  # an empty segment cannot end the range (see the module docstring)
+    return PartitionPlan(
+        tp.topic,
+        tp.partition,
+        directory,
+        high_watermark,
+        tuple(chosen),
+        len(segments),
+        reason,
+        kind,
+    )
+
+
+def plan_topic(
+    data_dir: Path, topic: str, config: CompactConfig, now_ms: int
+) -> list[PartitionPlan]:
+    """One plan per ``<topic>-<p>`` directory in `data_dir`, by partition number."""
+    if not data_dir.is_dir():
+        raise CompactError(f"{data_dir} is not a directory")
+    try:
+        high_watermarks = OffsetCheckpointFile(data_dir / REPLICATION_OFFSET_CHECKPOINT).read()
+    except CorruptCheckpointError as exc:
+        raise CompactError(str(exc)) from None
+    plans: list[PartitionPlan] = []
+    for child in sorted(data_dir.iterdir()):
+        if not child.is_dir():
+            continue
+        try:
+            tp = TopicPartition.from_dir_name(child.name)
+        except ValueError:
+            continue  # deleted (renamed) partitions, staging dirs, anything not a partition
+        if tp.topic != topic:
+            continue
+        # Without a checkpointed HW nothing is known to be committed: compact nothing.
+        hw = high_watermarks.get(tp, 0)
+        plans.append(plan_partition(child, hw, config, now_ms))
+    plans.sort(key=lambda plan: plan.partition)
+    return plans
