@@ -229,6 +229,20 @@ class Bench:
                 )
         finally:
             await client.close()
+        if self.replication_factor > 1:
+            # A leader is not yet a replicated partition: the followers learn their role and
+            # the leader's address, then start fetching. One acks=all record per partition
+            # proves the ISR answers, so no scenario's first samples wait for that.
+            async with self.producer(ACKS_ALL) as producer:
+                await asyncio.wait_for(
+                    asyncio.gather(
+                        *(
+                            producer.send_and_wait(name, None, b"ready", partition=p)
+                            for p in range(partitions)
+                        )
+                    ),
+                    TOPIC_READY_TIMEOUT_MS / 1000,
+                )
         return name
 
 
