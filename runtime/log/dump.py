@@ -169,10 +169,20 @@ class _Dumper:
             if not checked.path.exists():
                 self.problem(f"{checked.path}: missing")
         previous = None
-        for slot in range(_used_offset_entries(index)):
-            entry = index.entry_at(slot)
+        entries = [index.entry_at(slot) for slot in range(_used_offset_entries(index))]
+        positions = sorted(by_position)
+        for slot, entry in enumerate(entries):
+            # An entry names the last offset of one append and the position of that append's
+            # first batch: a leader appends one batch at a time, a follower several, so the
+            # offset must end one of the batches from that position up to the next entry's.
             at = by_position.get(entry.position)
-            if at is None or at.last_offset != entry.offset:
+            until = entries[slot + 1].position if slot + 1 < len(entries) else None
+            ends = {
+                by_position[p].last_offset
+                for p in positions
+                if p >= entry.position and (until is None or p < until)
+            }
+            if at is None or entry.offset not in ends:
                 found = "no batch" if at is None else f"last offset {at.last_offset}"
                 self.problem(
                     f"{index.path}: entry {entry.offset} -> byte {entry.position}, "

@@ -12,6 +12,7 @@ from runtime.clock import ManualClock
 from runtime.log.config import LogConfig
 from runtime.log.dump import dump_log_files
 from runtime.log.log import Log
+from wire.records import iter_batches
 
 from .helpers import WALL_MS, batch
 
@@ -108,6 +109,23 @@ def test_corruption_exits_non_zero(tmp_path: Path, clock: ManualClock) -> None:
     code, text = dump(segment)
     assert code == 1
     assert "bad magic 0" in text
+
+
+def test_a_follower_segment_with_multi_batch_appends_verifies(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """A follower appends what one fetch brought (several batches) and indexes it once: the
+    last offset of the whole append at the position of its first batch."""
+    leader = ketch_log(tmp_path / "leader" / "t-0", clock)
+    chunk = b"".join(s.log_path.read_bytes() for s in leader.segments)
+    follower = Log.open(tmp_path / "follower" / "t-0", CONFIG, clock)
+    middle = [pos for pos, _ in iter_batches(chunk)][6]
+    follower.append_as_follower(chunk[:middle])
+    follower.append_as_follower(chunk[middle:])
+    follower.close()
+    code, text = dump(follower.directory, verify_index=True)
+    assert code == 0, text
+    assert "CORRUPTION" not in text
 
 
 def test_index_mismatch_is_reported(tmp_path: Path, clock: ManualClock) -> None:
