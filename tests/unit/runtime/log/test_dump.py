@@ -118,11 +118,13 @@ def test_a_follower_segment_with_multi_batch_appends_verifies(
     last offset of the whole append at the position of its first batch."""
     leader = ketch_log(tmp_path / "leader" / "t-0", clock)
     chunk = b"".join(s.log_path.read_bytes() for s in leader.segments)
-    follower = Log.open(tmp_path / "follower" / "t-0", CONFIG, clock)
-    middle = [pos for pos, _ in iter_batches(chunk)][6]
-    follower.append_as_follower(chunk[:middle])
-    follower.append_as_follower(chunk[middle:])
+    one_segment = LogConfig(segment_bytes=1 << 20, index_interval_bytes=100)
+    follower = Log.open(tmp_path / "follower" / "t-0", one_segment, clock)
+    cuts = [pos for pos, _ in iter_batches(chunk)][::4][1:]
+    for start, end in zip([0, *cuts], [*cuts, len(chunk)], strict=True):
+        follower.append_as_follower(chunk[start:end])  # 4 batches at a time
     follower.close()
+    assert follower.segments[0].offset_index.entries > 1
     code, text = dump(follower.directory, verify_index=True)
     assert code == 0, text
     assert "CORRUPTION" not in text
