@@ -45,14 +45,11 @@ from runtime.config import ConfigError, EffectiveConfig, resolve
 from runtime.net.tcp import TcpTransport
 from runtime.node import BrokerNode
 from runtime.process import (
-    EXIT_USAGE,
     add_node_arguments,
-    configure_logging,
+    node_main,
     overrides,
     parse_address,
-    parse_args,
     read_secret,
-    run,
     serve,
 )
 
@@ -127,19 +124,13 @@ async def serve_broker(settings: BrokerSettings) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(build_parser(), argv)
-    if isinstance(args, int):
-        return args
-    configure_logging()
-    try:
-        settings = settings_from_args(args)
-    except ConfigError as exc:
-        print(f"ketch broker: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    for message in settings.unknown:
-        log.warning("%s: ignored", message)
-    log.info("cluster secret from %s", settings.secret_file)
-    return run(serve_broker(settings))
+    return node_main(
+        argv,
+        command="broker",
+        parser=build_parser(),
+        settings_from_args=settings_from_args,
+        serve_node=serve_broker,
+    )
 
 
 if __name__ == "__main__":

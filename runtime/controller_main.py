@@ -48,14 +48,11 @@ from runtime.net.server import ServerConfig
 from runtime.net.tcp import TcpTransport
 from runtime.net.transport import Address
 from runtime.process import (
-    EXIT_USAGE,
     add_node_arguments,
-    configure_logging,
+    node_main,
     overrides,
     parse_address,
-    parse_args,
     read_secret,
-    run,
     serve,
 )
 from runtime.properties import int_property
@@ -210,19 +207,13 @@ async def serve_controller(settings: ControllerSettings) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(build_parser(), argv)
-    if isinstance(args, int):
-        return args
-    configure_logging()
-    try:
-        settings = settings_from_args(args)
-    except ConfigError as exc:
-        print(f"ketch controller: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    for message in settings.unknown:
-        log.warning("%s: ignored", message)
-    log.info("cluster secret from %s", settings.secret_file)
-    return run(serve_controller(settings))
+    return node_main(
+        argv,
+        command="controller",
+        parser=build_parser(),
+        settings_from_args=settings_from_args,
+        serve_node=serve_controller,
+    )
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 from runtime.config import ConfigError, Value, parse_override
 from runtime.net import auth
@@ -43,6 +43,7 @@ from runtime.net.tcp import new_event_loop
 from runtime.net.transport import Address
 
 log = logging.getLogger("ketch.process")
+S = TypeVar("S", bound="NodeSettings")
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
@@ -183,6 +184,41 @@ async def _wait_then_stop(
         log.critical("%s failed: stopping", name)
     await node.stop()
     return EXIT_FAILED if has_failed else EXIT_OK
+
+
+class NodeSettings(Protocol):
+    """What `node_main` reads of a node's settings besides serving them."""
+
+    @property
+    def unknown(self) -> Sequence[str]: ...
+
+    @property
+    def secret_file(self) -> Path: ...
+
+
+def node_main(
+    argv: Sequence[str] | None,
+    *,
+    command: str,
+    parser: argparse.ArgumentParser,
+    settings_from_args: Callable[[argparse.Namespace], S],
+    serve_node: Callable[[S], Coroutine[Any, Any, int]],
+) -> int:
+    """The whole `main` of a node command: parse, resolve the settings (a bad config or secret
+    is a usage error, exit 2), warn about unknown property names, then serve until a signal."""
+    args = parse_args(parser, argv)
+    if isinstance(args, int):
+        return args
+    configure_logging()
+    try:
+        settings = settings_from_args(args)
+    except ConfigError as exc:
+        print(f"ketch {command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    for message in settings.unknown:
+        log.warning("%s: ignored", message)
+    log.info("cluster secret from %s", settings.secret_file)
+    return run(serve_node(settings))
 
 
 def run(main: Coroutine[Any, Any, int]) -> int:
