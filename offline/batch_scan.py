@@ -4,8 +4,9 @@
 (the last one may extend past `end`; only the file's size bounds it) and yields one
 `ScannedBatch` per batch: the header fields as stored, the CRC-32C computed over
 attributes..end, and a ``reason`` (None when the batch is valid). Per batch it does one
-``struct.unpack_from`` of the 61-byte header, one C CRC over a zero-copy slice and a few integer
-comparisons — nothing per record — so a single core walks several hundred MB/s of 16 KB batches.
+``struct.unpack_from`` of the 61-byte header, one C CRC over a zero-copy slice of the mapped
+file and a few integer comparisons — nothing per record — so a single core walks over a GB/s of
+16 KB batches.
 
 What the scan decides alone (each reason starts with its kind token):
 
@@ -28,7 +29,10 @@ owns its file descriptor, nothing is shared, so no lock is needed.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import itertools
+import mmap
 import os
 import struct
 from collections.abc import Iterator
@@ -51,8 +55,6 @@ from wire.records import (
     iter_records,
 )
 
-# Large reads keep the per-batch cost to the CRC and one unpack; 4 MB holds ~250 16 KB batches.
-READ_CHUNK_BYTES: Final = 4 << 20
 _HEADER: Final = struct.Struct(">qiibIhiqqqhii")
 _ATTRIBUTES_AT: Final = 21
 _MAGIC_AT: Final = 16
@@ -116,67 +118,76 @@ def _walk(
     path: str | os.PathLike[str], start: int, end: int | None
 ) -> Iterator[tuple[ScannedBatch, memoryview | None]]:
     """Yield each batch starting in ``[start, end)`` with a view of its bytes (None for a tail
-    the walk stopped at). The view is valid until the next item is taken."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        file_size = os.fstat(fd).st_size
+    the walk stopped at). The view is valid until the next item is taken.
+
+    The file is memory-mapped rather than read: the CRC then runs over the page cache itself,
+    and copying every byte into Python buffers (``pread``) cost more than the CRC (measured:
+    1 GB of 16 KB batches, 0.69 s with 4 MB preads vs 0.28 s mapped). Only the pages of the
+    range are touched. The price: a file truncated while it is scanned (a live broker's log)
+    faults the process (SIGBUS), so a Spark task fails instead of reading garbage; verify is
+    meant for stopped brokers and copies, and on a live one reads only below recovery points,
+    which a broker does not truncate in normal operation.
+    """
+    with open(path, "rb") as file:
+        file_size = os.fstat(file.fileno()).st_size
         stop = file_size if end is None else min(end, file_size)
-        pos = start
-        view = memoryview(b"")
-        view_start = pos
-        unpack = _HEADER.unpack_from
-        while pos < stop:
-            off = pos - view_start
-            available = len(view) - off
-            if available < RECORD_BATCH_OVERHEAD:
-                # Never read far past the range: a neighbouring task owns those bytes.
-                want = min(READ_CHUNK_BYTES, max(stop - pos, RECORD_BATCH_OVERHEAD))
-                view = memoryview(os.pread(fd, want, pos))
-                view_start, off, available = pos, 0, len(view)
-            rest = file_size - pos
-            reason: str | None
-            if available < RECORD_BATCH_OVERHEAD:
-                if available > _MAGIC_AT and view[off + _MAGIC_AT] != MAGIC_V2:
-                    reason = f"bad_magic: magic {view[off + _MAGIC_AT]} (expected {MAGIC_V2})"
-                else:
-                    reason = f"torn_tail: {available} trailing bytes, less than a batch header"
-                yield _unreadable(pos, rest, reason, None), None
-                return
-            fields = unpack(view, off)
-            base, length, epoch, magic, crc, attrs, lod, bts, mts, pid, pep, seq, count = fields
-            if magic != MAGIC_V2:
-                reason = f"bad_magic: magic {magic} (expected {MAGIC_V2})"
-                yield _unreadable(pos, rest, reason, None), None
-                return
-            if length < MIN_BATCH_LENGTH:
-                reason = f"bad_length: batch length {length} below the minimum {MIN_BATCH_LENGTH}"
-                yield _unreadable(pos, rest, reason, None), None
-                return
-            size = length + LOG_OVERHEAD
-            if size > rest:
-                reason = f"torn_tail: batch needs {size} bytes, {rest} present"
-                yield _unreadable(pos, rest, reason, fields), None
-                return
-            if available < size:
-                view = memoryview(os.pread(fd, max(READ_CHUNK_BYTES, size), pos))
-                view_start, off = pos, 0
-            computed = crc32c(view[off + _ATTRIBUTES_AT : off + size])
-            reason = None
-            if computed != crc:
-                reason = f"crc_mismatch: stored {crc:#010x}, computed {computed:#010x}"
-            elif attrs & 7 > _MAX_CODEC_ID:
-                reason = f"bad_codec: compression codec id {attrs & 7}"
-            elif count < 0 or lod < 0 or count > lod + 1:
-                reason = f"bad_count: {count} records with last offset delta {lod}"
-            batch = _new_batch(
-                ScannedBatch,
-                (pos, size, base, base + lod, epoch, magic, attrs, bts, mts, pid, pep, seq, count,
-                 crc, computed, reason),
-            )  # fmt: skip
-            yield batch, view[off : off + size]
-            pos += size
+        if start >= stop:
+            return
+        mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+    view = memoryview(mapped)
+    try:
+        yield from _walk_view(view, start, stop, file_size)
     finally:
-        os.close(fd)
+        view.release()
+        with contextlib.suppress(BufferError):  # a caller still holds a batch view: GC closes
+            mapped.close()
+
+
+def _walk_view(
+    view: memoryview, start: int, stop: int, file_size: int
+) -> Iterator[tuple[ScannedBatch, memoryview | None]]:
+    pos = start
+    unpack = _HEADER.unpack_from
+    while pos < stop:
+        rest = file_size - pos
+        reason: str | None
+        if rest < RECORD_BATCH_OVERHEAD:
+            if rest > _MAGIC_AT and view[pos + _MAGIC_AT] != MAGIC_V2:
+                reason = f"bad_magic: magic {view[pos + _MAGIC_AT]} (expected {MAGIC_V2})"
+            else:
+                reason = f"torn_tail: {rest} trailing bytes, less than a batch header"
+            yield _unreadable(pos, rest, reason, None), None
+            return
+        fields = unpack(view, pos)
+        base, length, epoch, magic, crc, attrs, lod, bts, mts, pid, pep, seq, count = fields
+        if magic != MAGIC_V2:
+            reason = f"bad_magic: magic {magic} (expected {MAGIC_V2})"
+            yield _unreadable(pos, rest, reason, None), None
+            return
+        if length < MIN_BATCH_LENGTH:
+            reason = f"bad_length: batch length {length} below the minimum {MIN_BATCH_LENGTH}"
+            yield _unreadable(pos, rest, reason, None), None
+            return
+        size = length + LOG_OVERHEAD
+        if size > rest:
+            reason = f"torn_tail: batch needs {size} bytes, {rest} present"
+            yield _unreadable(pos, rest, reason, fields), None
+            return
+        computed = crc32c(view[pos + _ATTRIBUTES_AT : pos + size])
+        reason = None
+        if computed != crc:
+            reason = f"crc_mismatch: stored {crc:#010x}, computed {computed:#010x}"
+        elif attrs & 7 > _MAX_CODEC_ID:
+            reason = f"bad_codec: compression codec id {attrs & 7}"
+        elif count < 0 or lod < 0 or count > lod + 1:
+            reason = f"bad_count: {count} records with last offset delta {lod}"
+        batch = _new_batch(
+            ScannedBatch,
+            (pos, size, base, base + lod, epoch, magic, attrs, bts, mts, pid, pep, seq, count,
+             crc, computed, reason),
+        )  # fmt: skip
+        yield batch, view[pos : pos + size]
+        pos += size
 
 
 def scan_segment(
@@ -218,8 +229,10 @@ def scan_records(
             continue
 
 
-@dataclass(frozen=True, slots=True)
-class IndexEntry:
+class IndexEntry(NamedTuple):
+    """One index entry (a NamedTuple: the verify job reads one per indexed batch, built in C by
+    `read_index_entries`)."""
+
     kind: str  # "offset" or "time"
     slot: int  # -1 for a file-level problem
     offset: int | None
@@ -232,35 +245,57 @@ def _sibling(log_path: Path, suffix: str) -> Path:
     return log_path.with_name(log_path.name[: -len(LOG_SUFFIX)] + suffix)
 
 
+def _loaded_entries(raw: bytes, entry: struct.Struct) -> Iterator[tuple[int, int]]:
+    """The entries the storage engine loads from an index file's bytes (`runtime.log.index_file`):
+    the whole entries, without a tail of zero entries (the unused part of a preallocated file);
+    zeros followed by real entries are entries."""
+    used = len(raw.rstrip(b"\0"))
+    used += -used % entry.size
+    whole = min(used, len(raw) - len(raw) % entry.size)
+    return entry.iter_unpack(memoryview(raw)[:whole])
+
+
 def read_index_entries(log_path: str | os.PathLike[str], base_offset: int) -> list[IndexEntry]:
     """The entries of the segment's ``.index`` and ``.timeindex`` (absolute offsets), plus a
     slot -1 row for a missing file or a length that is not whole entries.
 
     The zero tail of a preallocated index (an active segment's, or one a crash left untrimmed)
     is not entries, as the storage engine reads it; zeros followed by real entries are entries
-    (and then out of order).
+    (and then out of order). Each file is read once and unpacked in C (`struct.iter_unpack`):
+    the verify job reads every index of a data dir.
     """
     path = Path(log_path)
     entries: list[IndexEntry] = []
     offset_path, time_path = _sibling(path, INDEX_SUFFIX), _sibling(path, TIME_INDEX_SUFFIX)
-    for kind, index_path, entry_size in (("offset", offset_path, 8), ("time", time_path, 12)):
-        if not index_path.exists():
+    raws: dict[str, bytes] = {}
+    for kind, index_path, entry in (
+        ("offset", offset_path, OffsetIndex.entry),
+        ("time", time_path, TimeIndex.entry),
+    ):
+        try:
+            raw = index_path.read_bytes()
+        except FileNotFoundError:
             entries.append(IndexEntry(kind, -1, None, None, None, f"{index_path.name} is missing"))
             continue
-        size = index_path.stat().st_size
-        if size % entry_size:
-            problem = f"{index_path.name}: length {size} is not a multiple of {entry_size}"
+        raws[kind] = raw
+        if len(raw) % entry.size:
+            problem = f"{index_path.name}: length {len(raw)} is not a multiple of {entry.size}"
             entries.append(IndexEntry(kind, -1, None, None, None, problem))
-    if offset_path.exists():
-        offsets = OffsetIndex(offset_path, base_offset, 1)
-        for slot in range(offsets.entries):
-            entry = offsets.entry_at(slot)
-            entries.append(IndexEntry("offset", slot, entry.offset, entry.position, None))
-    if time_path.exists():
-        times = TimeIndex(time_path, base_offset, 1)
-        for slot in range(times.entries):
-            time_entry = times.entry_at(slot)
-            entries.append(IndexEntry("time", slot, time_entry.offset, None, time_entry.timestamp))
+    new = functools.partial(tuple.__new__, IndexEntry)
+    none = itertools.repeat(None)
+    pairs = list(_loaded_entries(raws.get("offset", b""), OffsetIndex.entry))
+    if pairs:
+        relatives, positions = zip(*pairs, strict=True)
+        offsets = map(base_offset.__add__, relatives)
+        kinds = itertools.repeat("offset")
+        # zip stops at the one finite column (the repeats and the count are endless)
+        entries.extend(map(new, zip(kinds, itertools.count(), offsets, positions, none, none)))
+    pairs = list(_loaded_entries(raws.get("time", b""), TimeIndex.entry))
+    if pairs:
+        timestamps, relatives = zip(*pairs, strict=True)
+        offsets = map(base_offset.__add__, relatives)
+        kinds = itertools.repeat("time")
+        entries.extend(map(new, zip(kinds, itertools.count(), offsets, none, timestamps, none)))
     return entries
 
 

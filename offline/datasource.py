@@ -7,7 +7,11 @@ Usage::
 
 ``paths`` (one or several) may be cluster data dirs (holding ``broker-<id>/`` log dirs), broker
 log dirs, partition dirs (``<topic>-<partition>``) or segment files (``<20 digits>.log``).
-Levels and schemas are in `offline.schema`: ``batch`` (default), ``record`` and ``index``.
+Levels and schemas are in `offline.schema`: ``batch`` (default), ``record`` and ``index``; and
+``verify`` (`VERIFY_SCHEMA`, here: it is `ketch verify`'s working table, not a public contract):
+per segment, one lean row per batch and, in the same task that has the segment open, the index
+checks' findings (or, when the task holds only part of the segment or the broker dir is listed
+in option ``raw_index_dirs``, the raw index entries for the driver to judge).
 
 Partitioning (`plan_slices`): a segment file, or a byte range of a segment larger than the
 target size (option ``max_partition_bytes``, default 128 MB; range starts at batch boundaries
@@ -53,7 +57,9 @@ from offline.schema import (
     INDEX_ARROW,
     LEVELS,
     RECORD_ARROW,
+    arrow_schema,
 )
+from offline.verify_checks import index_readable_rows, segment_index_findings
 from runtime.log.checkpoints import (
     CLEANER_OFFSET_CHECKPOINT,
     LEADER_EPOCH_CHECKPOINT,
@@ -70,6 +76,7 @@ from runtime.log.partition_dir import TopicPartition, is_delete_dir, is_ignored_
 from runtime.log.segment import LOG_SUFFIX, offset_from_file_name
 
 FORMAT: Final = "ketch"
+VERIFY_LEVEL: Final = "verify"  # `ketch verify`'s working table (`VERIFY_SCHEMA`, below)
 DEFAULT_MAX_PARTITION_BYTES: Final = 128 << 20
 CHUNK_ROWS: Final = 4096
 # What opening a file is worth in bytes when packing small segments into one task (Spark's
@@ -202,7 +209,8 @@ def _paths_option(options: dict[str, str]) -> list[str]:
 
 
 class KetchDataSource(DataSource):
-    """``spark.read.format("ketch")``; options ``level`` and ``max_partition_bytes``."""
+    """``spark.read.format("ketch")``; options ``level``, ``max_partition_bytes``,
+    ``min_partitions`` and, for the verify level, ``raw_index_dirs`` (a JSON list)."""
 
     @classmethod
     def name(cls) -> str:
@@ -210,23 +218,33 @@ class KetchDataSource(DataSource):
 
     def _level(self) -> str:
         level = str(self.options.get("level", "batch")).lower()
-        if level not in LEVELS:
-            raise ValueError(f"unknown level {level!r}: expected one of {sorted(LEVELS)}")
+        if level not in LEVELS and level != VERIFY_LEVEL:
+            known = sorted([*LEVELS, VERIFY_LEVEL])
+            raise ValueError(f"unknown level {level!r}: expected one of {known}")
         return level
 
     def schema(self) -> StructType:
-        return LEVELS[self._level()]
+        level = self._level()
+        return VERIFY_SCHEMA if level == VERIFY_LEVEL else LEVELS[level]
 
     def reader(self, schema: StructType) -> DataSourceReader:
         options = dict(self.options)
         max_bytes = int(options.get("max_partition_bytes", DEFAULT_MAX_PARTITION_BYTES))
         min_partitions = int(options.get("min_partitions", 1))
-        return KetchReader(self._level(), _paths_option(options), max_bytes, min_partitions)
+        raw_index_dirs = frozenset(json.loads(options.get("raw_index_dirs", "[]")))
+        return KetchReader(
+            self._level(), _paths_option(options), max_bytes, min_partitions, raw_index_dirs
+        )
 
 
 class KetchReader(DataSourceReader):
     def __init__(
-        self, level: str, paths: list[str], max_partition_bytes: int, min_partitions: int
+        self,
+        level: str,
+        paths: list[str],
+        max_partition_bytes: int,
+        min_partitions: int,
+        raw_index_dirs: frozenset[str] = frozenset(),
     ) -> None:
         if max_partition_bytes <= 0:
             raise ValueError(f"max_partition_bytes must be positive, got {max_partition_bytes}")
@@ -236,10 +254,11 @@ class KetchReader(DataSourceReader):
         self.paths = paths
         self.max_partition_bytes = max_partition_bytes
         self.min_partitions = min_partitions
+        self.raw_index_dirs = raw_index_dirs
 
     def partitions(self) -> list[SegmentSlice]:
         segments = discover(self.paths)
-        if self.level != "index":
+        if self.level not in ("index", VERIFY_LEVEL):  # these read a segment's index files too
             segments = [s for s in segments if s.size_bytes > 0]
         return plan_slices(segments, self.level, self.max_partition_bytes, self.min_partitions)
 
@@ -250,6 +269,10 @@ class KetchReader(DataSourceReader):
                 yield from batch_level_batches(segment, start, end)
             elif self.level == "record":
                 yield from record_level_batches(segment, start, end)
+            elif self.level == VERIFY_LEVEL:
+                whole = start == 0 and end >= segment.size_bytes
+                judge = whole and segment.broker_dir not in self.raw_index_dirs
+                yield from verify_level_batches(segment, start, end, judge_index=judge)
             else:
                 yield index_level_batch(segment)
 
@@ -490,3 +513,97 @@ def partition_metadata_df(spark: SparkSession, paths: Iterable[str | Path]) -> D
         topic_id = PartitionMetadataFile(partition_dir / PARTITION_METADATA).read()
         rows.append((str(broker_dir), tp.topic, tp.partition, topic_id))
     return spark.createDataFrame(rows, PARTITION_METADATA_SCHEMA)
+
+
+# -- the verify level ---------------------------------------------------------------------------
+
+VERIFY_SCHEMA: Final = StructType(
+    [
+        StructField("broker_dir", StringType(), False),
+        StructField("topic", StringType(), False),
+        StructField("partition", IntegerType(), False),
+        StructField("segment", LongType(), False),
+        StructField("row", StringType(), False),  # "batch", "offset", "time" or "finding"
+        StructField("position", LongType(), True),  # batch, offset index entry
+        # a batch's; an index entry's offset; a finding's first offset
+        StructField("base_offset", LongType(), True),
+        StructField("last_offset", LongType(), True),  # batch; finding's last
+        StructField("leader_epoch", IntegerType(), True),
+        StructField("size_bytes", IntegerType(), True),
+        StructField("stored_crc", LongType(), True),
+        StructField("slot", IntegerType(), True),  # index entry (-1: a file-level problem)
+        StructField("timestamp", LongType(), True),  # time index entry
+        StructField("reason", StringType(), True),  # batch: None when valid; finding: its kind
+        StructField("detail", StringType(), True),  # index entry's problem; finding's detail
+    ]
+)
+VERIFY_ARROW: Final = arrow_schema(VERIFY_SCHEMA)
+_VERIFY_COLUMNS: Final = len(VERIFY_SCHEMA.fields) - 5  # without the location and the row tag
+
+
+def _verify_batch(
+    segment: SegmentFile, columns: Sequence[Sequence[Any]], tag: str
+) -> pa.RecordBatch:
+    assert len(columns) == _VERIFY_COLUMNS, len(columns)
+    rows = len(columns[0])
+    arrays = [
+        *_location(segment, rows),
+        pa.array([tag] * rows, pa.string()),
+        *(pa.array(column, VERIFY_ARROW.field(i + 5).type) for i, column in enumerate(columns)),
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=VERIFY_ARROW)
+
+
+def verify_level_batches(
+    segment: SegmentFile, start: int, end: int, *, judge_index: bool
+) -> Iterator[pa.RecordBatch]:
+    """One row per batch starting in ``[start, end)``; with the first range of a segment, its
+    index: the findings of `segment_index_findings` when `judge_index` (the task holds the whole
+    segment and every batch of it counts), else the entries."""
+    scanned = list(scan_segment(segment.path, start, end))
+    for at in range(0, len(scanned), CHUNK_ROWS):
+        chunk = scanned[at : at + CHUNK_ROWS]
+        (position, size, base, last, epoch, _, _, _, _, _, _, _, _, stored, _, reason) = zip(
+            *chunk, strict=True
+        )  # fmt: skip
+        nones = (None,) * len(chunk)
+        yield _verify_batch(
+            segment,
+            (position, base, last, epoch, size, stored, nones, nones, reason, nones),
+            "batch",
+        )
+    if start != 0:
+        return
+    entries = read_index_entries(segment.path, segment.segment)
+    if judge_index:
+        batches = index_readable_rows(scanned)
+        where = (segment.broker_dir, segment.topic, segment.partition, segment.segment)
+        found = segment_index_findings(where, batches, entries)
+        if found:
+            nones = (None,) * len(found)
+            yield _verify_batch(
+                segment,
+                (
+                    nones,
+                    [f.offsets[0] if f.offsets else None for f in found],
+                    [f.offsets[1] if f.offsets else None for f in found],
+                    nones, nones, nones, nones, nones,
+                    [f.kind for f in found],
+                    [f.detail for f in found],
+                ),
+                "finding",
+            )  # fmt: skip
+        return
+    for tag in ("offset", "time"):
+        mine = [e for e in entries if e.kind == tag]
+        if mine:
+            nones = (None,) * len(mine)
+            yield _verify_batch(
+                segment,
+                (
+                    [e.position for e in mine], [e.offset for e in mine], nones, nones, nones,
+                    nones, [e.slot for e in mine], [e.timestamp for e in mine], nones,
+                    [e.problem for e in mine],
+                ),
+                tag,
+            )  # fmt: skip

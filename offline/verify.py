@@ -2,10 +2,14 @@
 
 Each DATA_DIR is a cluster data dir (its ``broker-<id>/`` log dirs) or one broker log dir. The
 driver reads the small files (checkpoints, leader-epoch-checkpoints, topic configs, the
-clean-shutdown marker); Spark scans every batch of every segment with the "ketch" data source and
-runs the checks of `offline.verify_checks` as DataFrame operations; the findings come back to the
-driver, which adds the checks over per-replica summaries (HW beyond the log end, replica
-divergence ranges) and writes the report.
+clean-shutdown marker). One Spark job does the heavy part: the "ketch" data source's ``verify``
+level reads and CRC-checks every byte of every segment in parallel tasks and returns a small
+table (one lean row per batch, plus the index checks' findings, which each task makes while it
+has the segment open). The driver collects that table once, as Arrow, and runs the checks of
+`offline.verify_checks` over it per replica (ordering, gaps, epochs, summaries, HW beyond the
+log end, replica divergence ranges): judged as DataFrame window functions and joins, the same
+checks cost several Spark jobs, ten times the scan. Compacted topics' record-level comparison
+is a second Spark job, only when there are some.
 
 * Compacted topics: ``cleanup.policy`` containing ``compact`` in ``topic-configs.json`` of the
   DATA_DIR or of a log dir's parent (``{"<topic>": {"cleanup.policy": "compact", ...}, ...}``),
@@ -26,6 +30,7 @@ Spark runs the tasks: no shared mutable state, no locks.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import time
@@ -35,9 +40,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from pyspark.sql import DataFrame, SparkSession
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrameReader, SparkSession
 from pyspark.sql.types import (
-    BooleanType,
     IntegerType,
     LongType,
     StringType,
@@ -48,11 +54,12 @@ from pyspark.sql.types import (
 from offline import verify_checks as checks
 from offline.datasource import (
     FORMAT,
-    LEADER_EPOCH_SCHEMA,
+    VERIFY_LEVEL,
     broker_dirs_of,
     partition_dirs_of,
     read_leader_epochs,
 )
+from offline.verify_checks import BatchRow, Checked, Finding, IndexRow, ReplicaSummary
 from runtime.log.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
@@ -67,20 +74,15 @@ EXIT_CLEAN: Final = 0
 EXIT_FINDINGS: Final = 1
 EXIT_ERROR: Final = 2
 TOPIC_CONFIGS_FILE: Final = "topic-configs.json"
+SCAN_TASK_MAX_BYTES: Final = 1 << 40  # no cap: the bytes are spread over one task per core
 MAX_DIVERGENT_ROWS: Final = 10_000  # per comparison; a report past that says "truncated"
-Summary = dict[tuple[str, str, int], Any]  # (broker dir, topic, partition) -> summary row
+_REPLICA_COLUMNS: Final = ("broker_dir", "topic", "partition")
+_BATCH_ORDER: Final = (*_REPLICA_COLUMNS, "segment", "position")
+_NO_BATCHES: Final[checks.Columns] = tuple([] for _ in BatchRow._fields)
+ReplicaKey = tuple[str, str, int]  # (broker dir, topic, partition)
+Summary = dict[ReplicaKey, ReplicaSummary]  # replicas with at least one valid batch
 BrokersOf = dict[TopicPartition, list[str]]  # the log dirs holding each partition
 
-REPLICA_SCHEMA: Final = StructType(
-    [
-        StructField("broker_dir", StringType(), False),
-        StructField("topic", StringType(), False),
-        StructField("partition", IntegerType(), False),
-        StructField("limit", LongType(), False),
-        StructField("compacted", BooleanType(), False),
-        StructField("hw", LongType(), True),
-    ]
-)
 BOUNDS_SCHEMA: Final = StructType(
     [
         StructField("topic", StringType(), False),
@@ -92,15 +94,7 @@ BOUNDS_SCHEMA: Final = StructType(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Finding:
-    kind: str
-    broker_dir: str | None
-    topic: str | None
-    partition: int | None
-    segment: int | None
-    offsets: tuple[int, int] | None  # first and last offset concerned, inclusive
-    detail: str
+__all__ = ["Finding", "VerifyReport", "main", "report_json", "run_verify"]
 
 
 @dataclass
@@ -219,18 +213,44 @@ def read_layout(data_dirs: Sequence[str], extra_compacted: Iterable[str] = ()) -
 # -- the job --------------------------------------------------------------------------------------
 
 
-def _findings_from_rows(rows: Iterable[Any]) -> list[Finding]:
-    found = []
-    for row in rows:
-        first, last = row["first_offset"], row["last_offset"]
-        offsets = None if first is None else (first, last if last is not None else first)
-        found.append(
-            Finding(
-                row["kind"], row["broker_dir"], row["topic"], row["partition"], row["segment"],
-                offsets, row["detail"],
+@dataclass
+class Scanned:
+    """The verify level's table, split on the driver: batches per replica (file order), the raw
+    index entries the tasks left to the driver, and the findings the tasks made."""
+
+    batches: dict[ReplicaKey, checks.Columns] = field(default_factory=dict)
+    entries: dict[tuple[str, str, int, int], list[IndexRow]] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+
+
+def split_scan(table: pa.Table) -> Scanned:
+    """The batch rows sorted by Arrow and cut per replica into columns (lists): the checks take
+    `plainly_clean` replicas as columns, and build `BatchRow`s only for the others."""
+    out = Scanned()
+    is_batch = pc.equal(table.column("row"), "batch")
+    batches = table.filter(is_batch).sort_by([(name, "ascending") for name in _BATCH_ORDER])
+    columns = [batches.column(name).to_pylist() for name in BatchRow._fields]
+    at = 0
+    keys = zip(*(batches.column(name).to_pylist() for name in _REPLICA_COLUMNS), strict=True)
+    for key, run in itertools.groupby(keys):  # sorted: one run per replica
+        count = len(list(run))
+        out.batches[key] = tuple(column[at : at + count] for column in columns)
+        at += count
+    names = ("broker_dir", "topic", "partition", "segment", "row", "position", "base_offset",
+             "last_offset", "slot", "timestamp", "reason", "detail")  # fmt: skip
+    others = table.filter(pc.invert(is_batch))
+    for (broker, topic, partition, segment, row, position, base, last, slot, timestamp, reason,
+         detail) in zip(*(others.column(n).to_pylist() for n in names), strict=True):  # fmt: skip
+        if row == "finding":
+            offsets = None if base is None else (base, base if last is None else last)
+            out.findings.append(
+                Finding(reason, broker, topic, partition, segment, offsets, detail or "")
             )
-        )  # fmt: skip
-    return found
+        else:
+            out.entries.setdefault((broker, topic, partition, segment), []).append(
+                IndexRow(row, slot, base, position, timestamp, detail)
+            )
+    return out
 
 
 def _hw_findings(layout: Layout, summary: Summary) -> list[Finding]:
@@ -240,7 +260,7 @@ def _hw_findings(layout: Layout, summary: Summary) -> list[Finding]:
             continue
         row = summary.get((replica.broker_dir, replica.tp.topic, replica.tp.partition))
         # A log without batches ends at its start offset (HW 0 on a new, empty log is fine).
-        next_offset = replica.log_start if row is None else row["next_offset"]
+        next_offset = replica.log_start if row is None else row.next_offset
         if replica.hw > next_offset:
             end = f"log end offset {next_offset}"
             found.append(
@@ -265,8 +285,8 @@ def _bounds(layout: Layout, summary: Summary) -> list[tuple[str, int, int, int, 
         los, his = [], []
         for replica in replicas:
             row = summary.get((replica.broker_dir, tp.topic, tp.partition))
-            first = 0 if row is None else row["first_offset"]
-            end = 0 if row is None else row["next_offset"]
+            first = 0 if row is None else row.first_offset
+            end = 0 if row is None else row.next_offset
             los.append(first)
             his.append(min(end, replica.limit, end if replica.hw is None else replica.hw))
         lo, hi = max(los), min(his)
@@ -275,7 +295,7 @@ def _bounds(layout: Layout, summary: Summary) -> list[tuple[str, int, int, int, 
     return bounds
 
 
-def _majority(variants: dict[str, str]) -> str | None:
+def _majority(variants: dict[str, Any]) -> Any:
     counts = Counter(variants.values())
     (top, count), *rest = counts.most_common()
     return top if not rest or rest[0][1] < count else None
@@ -360,84 +380,185 @@ def run_verify(
 ) -> VerifyReport:
     started = time.monotonic()
     layout = read_layout(data_dirs, compacted_topics)
-    findings = list(layout.findings)
-    paths = [str(b) for b in layout.broker_dirs]
-    replicas_df = spark.createDataFrame(
-        [
-            (r.broker_dir, r.tp.topic, r.tp.partition, r.limit, r.compacted, r.hw)
-            for r in layout.replicas
-        ],
-        REPLICA_SCHEMA,
-    )
-    # Each read of a Python data source pays for starting Python tasks, so each level is
-    # scanned once and cached; every check below then runs inside the JVM.
-    batches = _read(spark, "batch", paths)
-    checked = checks.checked_batches(batches, replicas_df).cache()
-    index = _read(spark, "index", paths).cache()
-    try:
-        summary = {
-            (row["broker_dir"], row["topic"], row["partition"]): row
-            for row in checks.replica_summary(checked).collect()
-        }
-        epochs_df = spark.createDataFrame(layout.epochs, LEADER_EPOCH_SCHEMA)
-        spark_findings = (
-            checks.invalid_batch_findings(checked)
-            .unionByName(checks.ordering_findings(checked))
-            .unionByName(checks.segment_base_findings(checked))
-            .unionByName(checks.epoch_checkpoint_findings(checked, epochs_df))
-            .unionByName(checks.index_findings(index, checked, replicas_df))
-        )
-        findings.extend(_findings_from_rows(spark_findings.collect()))
-        findings.extend(_hw_findings(layout, summary))
-        findings.extend(_replica_findings(spark, layout, checked, summary))
-    finally:
-        checked.unpersist()
-        index.unpersist()
+    judged = judge(layout, _scan(spark, layout))
+    findings = [*judged.findings, *_record_replica_findings(spark, layout, judged.bounds)]
     findings.sort(key=_finding_order)
-    stats = _stats(layout, summary, findings, time.monotonic() - started)
+    stats = _stats(layout, judged.summary, findings, time.monotonic() - started)
     return VerifyReport(not findings, findings, stats)
 
 
-def _read(spark: SparkSession, level: str, paths: list[str]) -> DataFrame:
+@dataclass(frozen=True, slots=True)
+class Judged:
+    findings: list[Finding]
+    summary: Summary
+    bounds: list[tuple[str, int, int, int, int]]  # per replicated partition, see `_bounds`
+
+
+def judge(layout: Layout, table: pa.Table) -> Judged:
+    """Every check but the record-level one of compacted topics, over the verify level's
+    table (`_scan`): pure, on the driver."""
+    scanned = split_scan(table)
+    checked, summary, found = _judge_replicas(layout, scanned)
+    bounds = _bounds(layout, summary)
+    findings = [
+        *layout.findings,
+        *scanned.findings,
+        *found,
+        *_hw_findings(layout, summary),
+        *_batch_replica_findings(layout, scanned, checked, bounds),
+    ]
+    return Judged(findings, summary, bounds)
+
+
+def _scan(spark: SparkSession, layout: Layout) -> pa.Table:
+    """The one Spark job over every byte. A dir without a clean-shutdown marker has a limit
+    per replica, which the tasks do not know, so its index entries come back raw."""
+    paths = [str(b) for b in layout.broker_dirs]
+    df = (
+        _read(spark, VERIFY_LEVEL)
+        .option("raw_index_dirs", json.dumps(layout.partial_dirs))
+        # One task per core: each Python data source task costs ~0.1 s to start, and the scan
+        # of a task is even work (bytes), so more tasks only add that cost.
+        .option("max_partition_bytes", str(SCAN_TASK_MAX_BYTES))
+        .load(paths)
+    )
+    table: pa.Table = df.toArrow()
+    return table
+
+
+def _judge_replicas(
+    layout: Layout, scanned: Scanned
+) -> tuple[dict[ReplicaKey, list[Checked]], Summary, list[Finding]]:
+    """The per-replica checks. Returns the judged batches of every replica that was not
+    `plainly_clean` (the others need no per-batch objects unless their replicas diverge)."""
+    epochs: dict[ReplicaKey, list[tuple[int, int]]] = {}
+    for broker_dir, topic, partition, epoch, start in layout.epochs:
+        epochs.setdefault((broker_dir, topic, partition), []).append((epoch, start))
+    entries_of: dict[ReplicaKey, list[int]] = {}
+    for broker_dir, topic, partition, segment in scanned.entries:
+        entries_of.setdefault((broker_dir, topic, partition), []).append(segment)
+    all_checked: dict[ReplicaKey, list[Checked]] = {}
+    summary: Summary = {}
+    found: list[Finding] = []
+    for replica in layout.replicas:
+        key = (replica.broker_dir, replica.tp.topic, replica.tp.partition)
+        columns = scanned.batches.get(key, _NO_BATCHES)
+        mine = epochs.get(key, [])
+        if key not in entries_of and checks.plainly_clean(
+            columns, replica.compacted, replica.limit, mine
+        ):
+            row = checks.clean_summary(columns)
+        else:
+            checked = checks.checked_batches(checks.rows_of(columns), replica.limit)
+            all_checked[key] = checked
+            found.extend(_replica_checks(key, replica, checked, mine))
+            found.extend(_raw_index_checks(key, replica, checked, scanned, entries_of))
+            row = checks.replica_summary(checked)
+        if row is not None:
+            summary[key] = row
+    return all_checked, summary, found
+
+
+def _replica_checks(
+    key: ReplicaKey, replica: Replica, checked: list[Checked], epochs: list[tuple[int, int]]
+) -> list[Finding]:
+    return [
+        *checks.invalid_batch_findings(key, checked),
+        *checks.ordering_findings(key, checked, replica.compacted),
+        *checks.segment_base_findings(key, checked, replica.compacted),
+        *checks.epoch_checkpoint_findings(key, checked, epochs),
+    ]
+
+
+def _raw_index_checks(
+    key: ReplicaKey,
+    replica: Replica,
+    checked: list[Checked],
+    scanned: Scanned,
+    entries_of: dict[ReplicaKey, list[int]],
+) -> list[Finding]:
+    """Index entries the tasks sent raw (a partial dir, a segment split over tasks)."""
+    by_segment: dict[int, list[BatchRow]] = {}
+    for c in checked:
+        by_segment.setdefault(c.batch.segment, []).append(c.batch)
+    found: list[Finding] = []
+    for segment in entries_of.get(key, []):
+        batches = checks.index_readable_rows(by_segment.get(segment, []))
+        entries = scanned.entries[(*key, segment)]
+        found.extend(
+            checks.segment_index_findings((*key, segment), batches, entries, replica.limit)
+        )
+    return found
+
+
+def _read(spark: SparkSession, level: str) -> DataFrameReader:
+    """A reader of `level` with at least one task per core."""
     return (
         spark.read.format(FORMAT)
         .option("level", level)
         .option("min_partitions", str(spark.sparkContext.defaultParallelism))
-        .load(paths)
     )
 
 
-def _replica_findings(
-    spark: SparkSession,
-    layout: Layout,
-    checked: DataFrame,
-    summary: Summary,
-) -> list[Finding]:
-    bounds = _bounds(layout, summary)
+def _brokers_of(layout: Layout) -> BrokersOf:
     brokers_of: BrokersOf = {}
     for replica in layout.replicas:
         brokers_of.setdefault(replica.tp, []).append(replica.broker_dir)
+    return brokers_of
+
+
+def _batch_replica_findings(
+    layout: Layout,
+    scanned: Scanned,
+    checked: dict[ReplicaKey, list[Checked]],
+    bounds: Sequence[tuple[str, int, int, int, int]],
+) -> list[Finding]:
+    """Byte-level comparison of the replicas of every topic that is not compacted: a list
+    comparison when every replica is `plainly_clean`, else batch by batch."""
+    brokers_of = _brokers_of(layout)
+    limits = {(r.broker_dir, r.tp.topic, r.tp.partition): r.limit for r in layout.replicas}
     plain = [b for b in bounds if b[0] not in layout.compacted_topics]
-    compacted = [b for b in bounds if b[0] in layout.compacted_topics]
     found: list[Finding] = []
-    if plain:
-        bounds_df = spark.createDataFrame(plain, BOUNDS_SCHEMA)
-        rows = checks.divergent_batches(checked, bounds_df, MAX_DIVERGENT_ROWS).collect()
-        found.extend(_batch_divergences(rows, brokers_of))
-        if len(rows) >= MAX_DIVERGENT_ROWS:
-            found.append(_truncated("replica_divergence"))
-    if compacted:
-        dirs = [
-            str(Path(r.broker_dir) / r.tp.dir_name)
-            for r in layout.replicas
-            if r.tp.topic in layout.compacted_topics
-        ]
-        records = _read(spark, "record", dirs)
-        bounds_df = spark.createDataFrame(compacted, BOUNDS_SCHEMA)
-        rows = checks.divergent_keys(records, bounds_df, MAX_DIVERGENT_ROWS).collect()
-        found.extend(_key_divergences(rows, brokers_of))
-        if len(rows) >= MAX_DIVERGENT_ROWS:
-            found.append(_truncated("replica_record_divergence"))
+    rows: list[Any] = []
+    for topic, partition, lo, hi, n_replicas in plain:
+        keys = [(b, topic, partition) for b in brokers_of[TopicPartition(topic, partition)]]
+        if not any(k in checked for k in keys) and checks.clean_spans_equal(
+            [scanned.batches.get(k, _NO_BATCHES) for k in keys], lo, hi
+        ):
+            continue
+        for k in keys:
+            if k not in checked:
+                batches = checks.rows_of(scanned.batches.get(k, _NO_BATCHES))
+                checked[k] = checks.checked_batches(batches, limits[k])
+        replicas = [(k[0], checked[k]) for k in keys]
+        budget = MAX_DIVERGENT_ROWS - len(rows)
+        for row in checks.divergent_batches(replicas, lo, hi, budget) if budget > 0 else []:
+            rows.append({**row, "topic": topic, "partition": partition, "n_replicas": n_replicas})
+    found.extend(_batch_divergences(rows, brokers_of))
+    if len(rows) >= MAX_DIVERGENT_ROWS:
+        found.append(_truncated("replica_divergence"))
+    return found
+
+
+def _record_replica_findings(
+    spark: SparkSession, layout: Layout, bounds: Sequence[tuple[str, int, int, int, int]]
+) -> list[Finding]:
+    """Record-level comparison of compacted topics' replicas: a Spark job over their records,
+    run only when there are some."""
+    compacted = [b for b in bounds if b[0] in layout.compacted_topics]
+    if not compacted:
+        return []
+    dirs = [
+        str(Path(r.broker_dir) / r.tp.dir_name)
+        for r in layout.replicas
+        if r.tp.topic in layout.compacted_topics
+    ]
+    records = _read(spark, "record").load(dirs)
+    bounds_df = spark.createDataFrame(compacted, BOUNDS_SCHEMA)
+    key_rows = checks.divergent_keys(records, bounds_df, MAX_DIVERGENT_ROWS).collect()
+    found = _key_divergences(key_rows, _brokers_of(layout))
+    if len(key_rows) >= MAX_DIVERGENT_ROWS:
+        found.append(_truncated("replica_record_divergence"))
     return found
 
 
@@ -465,8 +586,8 @@ def _stats(
         "broker_dirs": len(layout.broker_dirs),
         "partitions": len({r.tp for r in layout.replicas}),
         "replicas": len(layout.replicas),
-        "batches": sum(int(row["batches"]) for row in summary.values()),
-        "bytes": sum(int(row["bytes"] or 0) for row in summary.values()),
+        "batches": sum(row.batches for row in summary.values()),
+        "bytes": sum(row.bytes for row in summary.values()),
         "compacted_topics": sorted(layout.compacted_topics),
         "partial_dirs": layout.partial_dirs,
         "partial_note": (

@@ -1,12 +1,17 @@
-"""The Spark side of `ketch verify`: each check turns the scanned batches (and index entries,
-and for compacted topics records) into a DataFrame of findings with one common schema.
+"""The checks of `ketch verify`, as pure functions over the small per-batch table.
 
-Inputs prepared by `offline.verify` on the driver:
+Why not DataFrame operations: the expensive part of verification is reading and CRC-checking
+every byte, which the "ketch" data source's ``verify`` level does in parallel Spark tasks. What
+comes back is small (one row per batch, tens of thousands per GB, plus index findings), and
+judging it as window functions and joins cost several Spark jobs, each with its own scheduling
+and Arrow/JVM/Python conversions, ten times the scan itself. So the driver collects the table
+once and these functions judge it in one pass per replica. Only the record-level comparison of
+compacted topics (`divergent_keys`), which reads every record, stays a Spark job.
 
-* ``replicas`` — one row per (broker dir, topic, partition): ``limit`` (check only offsets
-  below it: the recovery point of a dir without a clean-shutdown marker, else no limit),
-  ``compacted``, and the HW from the checkpoint.
-* the batch DataFrame of the data source, restricted here to what lies below each ``limit``.
+Inputs, per replica (broker dir, topic, partition): its `BatchRow`s in file order (segment,
+position), its ``limit`` (check only offsets below it: the recovery point of a dir without a
+clean-shutdown marker, else `NO_LIMIT`), whether the topic is compacted, and its
+leader-epoch-checkpoint entries.
 
 Checks (finding kinds):
 
@@ -18,465 +23,478 @@ Checks (finding kinds):
   differs from the file name's, or for a compacted topic lies below it);
 * against leader-epoch-checkpoint: ``epoch_checkpoint_mismatch`` (a batch's epoch is not the
   one the checkpoint gives for its base offset), one finding per replica with the range;
-* indexes: ``index_file`` (missing, or not whole entries), ``offset_index_entry`` (no batch
-  starts at the entry's position, or that batch starts above the entry's offset, or the offset
-  lies past the segment's last), ``offset_index_order``, ``time_index_order`` (time or offset
-  decreasing), ``time_index_entry`` (offset outside the segment).
+* indexes (`segment_index_findings`, run inside the scan task when it holds a whole segment of
+  a cleanly shut down dir, else on the driver): ``index_file`` (missing, or not whole entries),
+  ``offset_index_entry`` (no batch starts at the entry's position, or that batch starts above
+  the entry's offset, or the offset lies past the segment's last), ``offset_index_order``,
+  ``time_index_order`` (time or offset decreasing), ``time_index_entry`` (offset outside the
+  segment).
 
-The replica comparisons (byte level, record level) need per-partition bounds computed on the
-driver from the per-replica summary; they are in `divergent_batches` / `divergent_keys`, which
-return rows for the driver to merge into ranges.
+Fast path: a replica is first tested as columns (`plainly_clean`: whole-list operations in C);
+only a replica that might have something to report, or whose partition's replicas differ
+(`clean_spans_equal`), is judged batch by batch, by the functions that say what is wrong. A
+seeded test checks that the fast path never passes what the per-batch checks would report.
 
-DataFrames are immutable values and Spark owns their execution: no state here to guard.
+Pure functions over values they are given: nothing shared, no locks.
 """
 
 from __future__ import annotations
 
-from functools import reduce
-from typing import Final
-
-from pyspark.sql import Column, DataFrame, Window
-from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+import bisect
+import functools
+import operator
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, NamedTuple, Protocol, TypeVar
 
 NO_LIMIT: Final = 2**63 - 1
-FINDING_SCHEMA: Final = StructType(
-    [
-        StructField("kind", StringType(), False),
-        StructField("broker_dir", StringType(), True),
-        StructField("topic", StringType(), True),
-        StructField("partition", LongType(), True),
-        StructField("segment", LongType(), True),
-        StructField("first_offset", LongType(), True),
-        StructField("last_offset", LongType(), True),
-        StructField("detail", StringType(), True),
-    ]
-)
-_KEYS: Final = ("broker_dir", "topic", "partition")
 # Kinds after which the batch's length (hence the next batch's position) is still trusted.
-_READABLE_KINDS: Final = ("crc_mismatch", "bad_codec", "bad_count")
+READABLE_KINDS: Final = frozenset({"crc_mismatch", "bad_codec", "bad_count"})
+# Kinds whose header (base and last offset) was read: an index entry may rightly name them.
+HEADER_KINDS: Final = READABLE_KINDS | {"torn_tail"}
 
 
-def _finding(
-    df: DataFrame,
-    kind: Column | str,
-    *,
-    segment: Column | None,
-    first: Column | None,
-    last: Column | None,
-    detail: Column,
-) -> DataFrame:
-    def long_or_null(column: Column | None) -> Column:
-        return (column if column is not None else F.lit(None)).cast("long")
-
-    return df.select(
-        (F.lit(kind) if isinstance(kind, str) else kind).alias("kind"),
-        F.col("broker_dir"),
-        F.col("topic"),
-        F.col("partition").cast("long").alias("partition"),
-        long_or_null(segment).alias("segment"),
-        long_or_null(first).alias("first_offset"),
-        long_or_null(last).alias("last_offset"),
-        detail.cast("string").alias("detail"),
-    )
+@dataclass(frozen=True, slots=True)
+class Finding:
+    kind: str
+    broker_dir: str | None
+    topic: str | None
+    partition: int | None
+    segment: int | None
+    offsets: tuple[int, int] | None  # first and last offset concerned, inclusive
+    detail: str
 
 
-def checked_batches(batches: DataFrame, replicas: DataFrame) -> DataFrame:
-    """The batches to judge: those below each replica's limit, with the replica's columns.
+class BatchRow(NamedTuple):
+    """One batch of a replica as the scan found it (a NamedTuple: one per batch, built in bulk
+    from the collected columns). Offsets and epoch are None only for an unreadable header."""
 
-    An invalid batch's own offsets are not trusted, so its place is the offset after the
-    previous batch of the partition (or the segment's base offset when it comes first).
-    """
-    order = Window.partitionBy(*_KEYS).orderBy("segment", "position")
-    placed = batches.join(F.broadcast(replicas), list(_KEYS)).withColumn(
-        "place",
-        F.when(F.col("valid"), F.col("base_offset")).otherwise(
-            F.coalesce(F.lag("last_offset").over(order) + 1, F.col("segment"))
-        ),
-    )
-    return placed.where(F.col("place") < F.col("limit")).withColumn(
-        "kind", F.substring_index(F.col("reason"), ":", 1)
-    )
+    segment: int
+    position: int
+    base_offset: int | None
+    last_offset: int | None
+    leader_epoch: int | None
+    size_bytes: int
+    stored_crc: int | None
+    reason: str | None  # None when valid; else starts with the kind token
 
 
-def invalid_batch_findings(checked: DataFrame) -> DataFrame:
-    bad = checked.where(~F.col("valid"))
-    readable = F.col("kind").isin(*_READABLE_KINDS) | (F.col("kind") == "torn_tail")
-    return _finding(
-        bad,
-        F.col("kind"),
-        segment=F.col("segment"),
-        first=F.when(readable, F.col("base_offset")).otherwise(F.col("place")),
-        last=F.when(readable, F.col("last_offset")),
-        detail=F.concat(F.lit("batch at byte "), F.col("position"), F.lit(": "), F.col("reason")),
-    )
+class Located(Protocol):
+    """What the index checks read of a batch: `BatchRow`, or the scan's own `ScannedBatch` in a
+    task (no conversion per batch)."""
+
+    @property
+    def position(self) -> int: ...
+    @property
+    def base_offset(self) -> int | None: ...
+    @property
+    def last_offset(self) -> int | None: ...
+    @property
+    def reason(self) -> str | None: ...
 
 
-def ordering_findings(checked: DataFrame) -> DataFrame:
+class Entry(Protocol):
+    """An index entry: `IndexRow`, or `offline.batch_scan.IndexEntry` in a task."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def slot(self) -> int: ...
+    @property
+    def offset(self) -> int | None: ...
+    @property
+    def position(self) -> int | None: ...
+    @property
+    def timestamp(self) -> int | None: ...
+    @property
+    def problem(self) -> str | None: ...
+
+
+L = TypeVar("L", bound=Located)
+
+
+class IndexRow(NamedTuple):
+    """One entry of a segment's ``.index`` (kind ``offset``) or ``.timeindex`` (``time``); slot
+    -1 with `problem` for a file-level problem (missing, not whole entries)."""
+
+    kind: str
+    slot: int
+    offset: int | None
+    position: int | None
+    timestamp: int | None
+    problem: str | None
+
+
+class Checked(NamedTuple):
+    """A batch below its replica's limit, with its place: the base offset when valid, else the
+    offset after the previous batch of the partition (an invalid batch's offsets are not
+    trusted), or the segment's base offset when it comes first. (A NamedTuple: one per batch.)"""
+
+    batch: BatchRow
+    place: int
+    kind: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSummary:
+    first_offset: int
+    next_offset: int
+    batches: int
+    bytes: int
+
+
+def kind_of(reason: str | None) -> str | None:
+    return None if reason is None else reason.split(":", 1)[0]
+
+
+def checked_batches(batches: Sequence[BatchRow], limit: int) -> list[Checked]:
+    """`batches` in file order; those whose place lies below `limit`."""
+    out: list[Checked] = []
+    prev_last: int | None = None
+    first = True
+    for batch in batches:
+        if batch.reason is None:
+            assert batch.base_offset is not None
+            place = batch.base_offset
+        elif not first and prev_last is not None:
+            place = prev_last + 1
+        else:
+            place = batch.segment
+        if place < limit:
+            out.append(Checked(batch, place, kind_of(batch.reason)))
+        prev_last, first = batch.last_offset, False
+    return out
+
+
+def invalid_batch_findings(key: tuple[str, str, int], checked: Iterable[Checked]) -> list[Finding]:
+    broker_dir, topic, partition = key
+    found = []
+    for c in checked:
+        b = c.batch
+        if b.reason is None:
+            continue
+        assert c.kind is not None
+        offsets: tuple[int, int] | None
+        if c.kind in HEADER_KINDS:
+            first, last = b.base_offset, b.last_offset
+            offsets = None if first is None else (first, first if last is None else last)
+        else:
+            offsets = (c.place, c.place)
+        found.append(
+            Finding(
+                c.kind, broker_dir, topic, partition, b.segment, offsets,
+                f"batch at byte {b.position}: {b.reason}",
+            )
+        )  # fmt: skip
+    return found
+
+
+def ordering_findings(
+    key: tuple[str, str, int], checked: Iterable[Checked], compacted: bool
+) -> list[Finding]:
     """Offsets and epochs between consecutive batches, judged only when both are valid (an
-    invalid batch is reported once, by its own kind, not again by its neighbours)."""
-    order = Window.partitionBy(*_KEYS).orderBy("segment", "position")
-    rows = checked.where(F.col("valid") | F.col("kind").isin(*_READABLE_KINDS)).select(
-        *_KEYS,
-        "segment",
-        "position",
-        "base_offset",
-        "last_offset",
-        "leader_epoch",
-        "valid",
-        "compacted",
-        F.lag("base_offset").over(order).alias("prev_base"),
-        F.lag("last_offset").over(order).alias("prev_last"),
-        F.lag("leader_epoch").over(order).alias("prev_epoch"),
-        F.lag("valid").over(order).alias("prev_valid"),
-        F.lag("segment").over(order).alias("prev_segment"),
-    )
-    judged = rows.where(F.col("valid") & F.col("prev_valid"))
-    where = F.concat(
-        F.lit("batch at byte "),
-        F.col("position"),
-        F.lit(" of segment "),
-        F.col("segment"),
-        F.when(
-            F.col("segment") != F.col("prev_segment"),
-            F.concat(F.lit(" (previous batch in segment "), F.col("prev_segment"), F.lit(")")),
-        ).otherwise(F.lit("")),
-    )
-    span = F.concat(F.col("base_offset"), F.lit(".."), F.col("last_offset"))
-    prev_span = F.concat(F.col("prev_base"), F.lit(".."), F.col("prev_last"))
-    found = [
-        _finding(
-            judged.where(F.col("base_offset") <= F.col("prev_base")),
-            "offsets_not_increasing",
-            segment=F.col("segment"),
-            first=F.col("base_offset"),
-            last=F.col("last_offset"),
-            detail=F.concat(where, F.lit(": offsets "), span, F.lit(" after "), prev_span),
-        ),
-        _finding(
-            judged.where(
-                (F.col("base_offset") > F.col("prev_base"))
-                & (F.col("base_offset") <= F.col("prev_last"))
-            ),
-            "offset_overlap",
-            segment=F.col("segment"),
-            first=F.col("base_offset"),
-            last=F.least(F.col("prev_last"), F.col("last_offset")),
-            detail=F.concat(where, F.lit(": offsets "), span, F.lit(" overlap "), prev_span),
-        ),
-        _finding(
-            judged.where(~F.col("compacted") & (F.col("base_offset") > F.col("prev_last") + 1)),
-            "offset_gap",
-            segment=F.col("segment"),
-            first=F.col("prev_last") + 1,
-            last=F.col("base_offset") - 1,
-            detail=F.concat(
-                where,
-                F.lit(": offsets "),
-                F.col("prev_last") + 1,
-                F.lit(".."),
-                F.col("base_offset") - 1,
-                F.lit(" missing"),
-            ),
-        ),
-        _finding(
-            judged.where(F.col("leader_epoch") < F.col("prev_epoch")),
-            "epoch_decreasing",
-            segment=F.col("segment"),
-            first=F.col("base_offset"),
-            last=F.col("last_offset"),
-            detail=F.concat(
-                where,
-                F.lit(": leader epoch "),
-                F.col("leader_epoch"),
-                F.lit(" after "),
-                F.col("prev_epoch"),
-            ),
-        ),
+    invalid batch is reported once, by its own kind, not again by its neighbours); batches
+    whose length is untrusted do not count as neighbours."""
+    broker_dir, topic, partition = key
+    found: list[Finding] = []
+    prev: BatchRow | None = None
+    for c in checked:
+        b = c.batch
+        if b.reason is not None and c.kind not in READABLE_KINDS:
+            continue
+        if b.reason is None and prev is not None and prev.reason is None:
+            assert b.base_offset is not None
+            assert prev.last_offset is not None
+            # The common case in one comparison chain; the details only when it fails.
+            follows = b.base_offset == prev.last_offset + 1 or (
+                compacted and b.base_offset > prev.last_offset
+            )
+            if not follows or (b.leader_epoch or 0) < (prev.leader_epoch or 0):
+                found.extend(_order_pair(broker_dir, topic, partition, prev, b, compacted))
+        prev = b
+    return found
+
+
+def _order_pair(
+    broker_dir: str, topic: str, partition: int, prev: BatchRow, b: BatchRow, compacted: bool
+) -> list[Finding]:
+    base, last, epoch = b.base_offset, b.last_offset, b.leader_epoch
+    p_base, p_last, p_epoch = prev.base_offset, prev.last_offset, prev.leader_epoch
+    assert base is not None
+    assert last is not None
+    assert epoch is not None
+    assert p_base is not None
+    assert p_last is not None
+    assert p_epoch is not None
+    where = f"batch at byte {b.position} of segment {b.segment}"
+    if b.segment != prev.segment:
+        where += f" (previous batch in segment {prev.segment})"
+    span, prev_span = f"{base}..{last}", f"{p_base}..{p_last}"
+
+    def finding(kind: str, first: int, end: int, detail: str) -> Finding:
+        return Finding(kind, broker_dir, topic, partition, b.segment, (first, end), detail)
+
+    found = []
+    if base <= p_base:
+        found.append(
+            finding(
+                "offsets_not_increasing", base, last, f"{where}: offsets {span} after {prev_span}"
+            )
+        )
+    elif base <= p_last:
+        found.append(
+            finding(
+                "offset_overlap", base, min(p_last, last),
+                f"{where}: offsets {span} overlap {prev_span}",
+            )
+        )  # fmt: skip
+    if not compacted and base > p_last + 1:
+        found.append(
+            finding(
+                "offset_gap", p_last + 1, base - 1,
+                f"{where}: offsets {p_last + 1}..{base - 1} missing",
+            )
+        )  # fmt: skip
+    if epoch < p_epoch:
+        found.append(
+            finding(
+                "epoch_decreasing", base, last, f"{where}: leader epoch {epoch} after {p_epoch}"
+            )
+        )
+    return found
+
+
+def segment_base_findings(
+    key: tuple[str, str, int], checked: Iterable[Checked], compacted: bool
+) -> list[Finding]:
+    broker_dir, topic, partition = key
+    firsts: dict[int, tuple[int, int]] = {}  # segment -> (position, base) of its first valid batch
+    for c in checked:
+        b = c.batch
+        if b.reason is not None:
+            continue
+        assert b.base_offset is not None
+        seen = firsts.get(b.segment)
+        if seen is None or b.position < seen[0]:
+            firsts[b.segment] = (b.position, b.base_offset)
+    found = []
+    for segment, (_, first_base) in firsts.items():
+        wrong = first_base < segment if compacted else first_base != segment
+        if wrong:
+            found.append(
+                Finding(
+                    "segment_base_mismatch", broker_dir, topic, partition, segment,
+                    (first_base, first_base),
+                    f"segment {segment} starts with a batch at offset {first_base}",
+                )
+            )  # fmt: skip
+    return found
+
+
+def epoch_checkpoint_findings(
+    key: tuple[str, str, int], checked: Iterable[Checked], epochs: Sequence[tuple[int, int]]
+) -> list[Finding]:
+    """`epochs`: the replica's leader-epoch-checkpoint entries ``(epoch, start offset)``; each
+    governs the offsets from its start to the next entry's. One finding per replica."""
+    if not epochs:
+        return []
+    ranges = sorted(epochs, key=lambda e: e[1])
+    starts = [start for _, start in ranges]
+    first: int | None = None
+    last = 0
+    count = 0
+    example = (0, 0)
+    for c in checked:
+        b = c.batch
+        if b.reason is not None or b.leader_epoch is None or b.leader_epoch < 0:
+            continue
+        assert b.base_offset is not None
+        assert b.last_offset is not None
+        # The last entry starting at or below the base offset (of equal starts, the later one
+        # governs: the earlier covers no offsets).
+        at = bisect.bisect_right(starts, b.base_offset) - 1
+        if at < 0 or ranges[at][0] == b.leader_epoch:
+            continue
+        count += 1
+        last = max(last, b.last_offset)
+        if first is None or b.base_offset < first:
+            first, example = b.base_offset, (b.leader_epoch, ranges[at][0])
+    if first is None:
+        return []
+    broker_dir, topic, partition = key
+    return [
+        Finding(
+            "epoch_checkpoint_mismatch", broker_dir, topic, partition, None, (first, last),
+            f"{count} batch(es) carry a leader epoch other than leader-epoch-checkpoint's; "
+            f"first: {example[0]} where the checkpoint says {example[1]}",
+        )
+    ]  # fmt: skip
+
+
+def index_readable_rows(batches: Iterable[L]) -> list[L]:
+    """The batches an index entry is judged against: every batch whose header was read, damaged
+    ones included (an entry naming a torn or corrupt batch is right about where it is, and that
+    batch is reported once, by its own kind)."""
+    return [
+        b
+        for b in batches
+        if (b.reason is None or kind_of(b.reason) in HEADER_KINDS) and b.last_offset is not None
     ]
-    return reduce(DataFrame.unionByName, found)
 
 
-def segment_base_findings(checked: DataFrame) -> DataFrame:
-    firsts = (
-        checked.where(F.col("valid"))
-        .groupBy(*_KEYS, "segment", "compacted")
-        .agg(F.min_by("base_offset", "position").alias("first_base"))
-    )
-    wrong = F.when(F.col("compacted"), F.col("first_base") < F.col("segment")).otherwise(
-        F.col("first_base") != F.col("segment")
-    )
-    return _finding(
-        firsts.where(wrong),
-        "segment_base_mismatch",
-        segment=F.col("segment"),
-        first=F.col("first_base"),
-        last=None,
-        detail=F.concat(
-            F.lit("segment "),
-            F.col("segment"),
-            F.lit(" starts with a batch at offset "),
-            F.col("first_base"),
-        ),
-    )
+def segment_index_findings(
+    where: tuple[str, str, int, int],
+    batches: Sequence[Located],
+    entries: Iterable[Entry],
+    limit: int = NO_LIMIT,
+) -> list[Finding]:
+    """The index checks of one segment (`where` = broker dir, topic, partition, segment):
+    `batches` are its `index_readable_rows` batches, `entries` its index rows; entries at or
+    above `limit` are not judged."""
+    broker_dir, topic, partition, segment = where
+    found: list[Finding] = []
 
+    def finding(kind: str, offsets: tuple[int, int] | None, detail: str) -> Finding:
+        return Finding(kind, broker_dir, topic, partition, segment, offsets, detail)
 
-def epoch_checkpoint_findings(checked: DataFrame, epochs: DataFrame) -> DataFrame:
-    """`epochs`: (broker_dir, topic, partition, epoch, start_offset) of leader-epoch-checkpoint."""
-    ranges = epochs.withColumn(
-        "next_start",
-        F.coalesce(
-            F.lead("start_offset").over(Window.partitionBy(*_KEYS).orderBy("start_offset")),
-            F.lit(NO_LIMIT),
-        ),
-    )
-    valid = checked.where(F.col("valid") & (F.col("leader_epoch") >= 0)).alias("b")
-    joined = valid.join(
-        F.broadcast(ranges).alias("e"),
-        [F.col(f"b.{k}") == F.col(f"e.{k}") for k in _KEYS]
-        + [
-            F.col("b.base_offset") >= F.col("e.start_offset"),
-            F.col("b.base_offset") < F.col("e.next_start"),
-        ],
-    ).where(F.col("b.leader_epoch") != F.col("e.epoch"))
-    grouped = joined.groupBy(*[F.col(f"b.{k}").alias(k) for k in _KEYS]).agg(
-        F.min("b.base_offset").alias("first"),
-        F.max("b.last_offset").alias("last"),
-        F.count(F.lit(1)).alias("batches"),
-        F.min_by(F.struct("b.leader_epoch", "e.epoch"), "b.base_offset").alias("example"),
-    )
-    return _finding(
-        grouped,
-        "epoch_checkpoint_mismatch",
-        segment=None,
-        first=F.col("first"),
-        last=F.col("last"),
-        detail=F.concat(
-            F.col("batches"),
-            F.lit(" batch(es) carry a leader epoch other than leader-epoch-checkpoint's; first: "),
-            F.col("example.leader_epoch"),
-            F.lit(" where the checkpoint says "),
-            F.col("example.epoch"),
-        ),
-    )
-
-
-def index_findings(index: DataFrame, checked: DataFrame, replicas: DataFrame) -> DataFrame:
-    entries = index.join(F.broadcast(replicas), list(_KEYS))
-    problems = _finding(
-        entries.where(F.col("slot") < 0),
-        "index_file",
-        segment=F.col("segment"),
-        first=None,
-        last=None,
-        detail=F.col("problem"),
-    )
-    real = entries.where((F.col("slot") >= 0) & (F.col("offset") < F.col("limit")))
-    seg_keys = [*_KEYS, "segment"]
-    # An entry is judged against every batch whose header was read, damaged ones included: an
-    # entry naming a torn or corrupt batch is right about where it is, and that batch is
-    # reported once, by its own kind.
-    readable = checked.where(
-        F.col("valid") | F.col("kind").isin(*_READABLE_KINDS, "torn_tail")
-    ).where(F.col("last_offset").isNotNull())
-    # Batches and entries of a segment in one stream, so one shuffle by segment serves every
-    # index check (joins would shuffle each side again): ordered by position, an offset entry
-    # must follow a batch at its own position.
-    batch_rows = readable.select(
-        *seg_keys,
-        F.lit("batch").alias("index_kind"),
-        F.lit(None).cast("int").alias("slot"),
-        F.col("base_offset").alias("offset"),
-        "last_offset",
-        "position",
-        F.lit(None).cast("long").alias("timestamp"),
-    )
-    entry_rows = real.select(
-        *seg_keys,
-        "index_kind",
-        "slot",
-        "offset",
-        F.lit(None).cast("long").alias("last_offset"),
-        "position",
-        "timestamp",
-    )
-    by_position = (
-        Window.partitionBy(*seg_keys)
-        .orderBy(F.col("position"), F.col("index_kind"))  # "batch" < "offset" at one position
-        .rowsBetween(Window.unboundedPreceding, -1)
-    )
-    is_batch = F.col("index_kind") == "batch"
-    stream = batch_rows.unionByName(entry_rows).select(
-        "*",
-        F.max(F.when(is_batch, F.col("last_offset")))
-        .over(Window.partitionBy(*seg_keys))
-        .alias("seg_last"),
-        F.last(F.when(is_batch, F.col("position")), ignorenulls=True)
-        .over(by_position)
-        .alias("batch_position"),
-        F.last(F.when(is_batch, F.col("offset")), ignorenulls=True)
-        .over(by_position)
-        .alias("prev_batch_base"),
-    )
-    offsets = stream.where(F.col("index_kind") == "offset").withColumn(
-        "batch_base",
-        F.when(F.col("batch_position") == F.col("position"), F.col("prev_batch_base")),
-    )
-    entry_text = F.concat(
-        F.lit("offset index slot "),
-        F.col("slot"),
-        F.lit(" ("),
-        F.col("offset"),
-        F.lit(" -> byte "),
-        F.col("position"),
-        F.lit("): "),
-    )
-    bad_pointer = offsets.where(
-        F.col("batch_base").isNull()
-        | (F.col("batch_base") > F.col("offset"))
-        | (F.col("offset") > F.col("seg_last"))
-    )
-    pointer = _finding(
-        bad_pointer,
-        "offset_index_entry",
-        segment=F.col("segment"),
-        first=F.col("offset"),
-        last=F.col("offset"),
-        detail=F.concat(
-            entry_text,
-            F.when(F.col("batch_base").isNull(), F.lit("no batch starts there"))
-            .when(
-                F.col("batch_base") > F.col("offset"),
-                F.concat(F.lit("the batch there starts at offset "), F.col("batch_base")),
+    base_at = {b.position: b.base_offset for b in batches}
+    seg_last = max((b.last_offset for b in batches if b.last_offset is not None), default=None)
+    by_kind: dict[str, list[Entry]] = {"offset": [], "time": []}
+    for entry in entries:
+        if entry.slot < 0:
+            found.append(finding("index_file", None, entry.problem or ""))
+        elif entry.offset is not None and entry.offset < limit:
+            by_kind[entry.kind].append(entry)
+    prev: Entry | None = None
+    for e in sorted(by_kind["offset"], key=lambda e: e.slot):
+        assert e.offset is not None
+        assert e.position is not None
+        batch_base = base_at.get(e.position)
+        problems = []
+        if batch_base is None:
+            problems.append(("offset_index_entry", "no batch starts there"))
+        elif batch_base > e.offset:
+            problems.append(
+                ("offset_index_entry", f"the batch there starts at offset {batch_base}")
             )
-            .otherwise(F.concat(F.lit("the segment ends at offset "), F.col("seg_last"))),
-        ),
-    )
-    by_slot = Window.partitionBy(*seg_keys).orderBy("index_kind", "slot")
-    same_kind = F.lag("index_kind").over(by_slot) == F.col("index_kind")
-    ordered = stream.where(~is_batch).select(
-        "*",
-        F.when(same_kind, F.lag("offset").over(by_slot)).alias("prev_offset"),
-        F.when(same_kind, F.lag("position").over(by_slot)).alias("prev_position"),
-        F.when(same_kind, F.lag("timestamp").over(by_slot)).alias("prev_timestamp"),
-    )
-    offset_order = _finding(
-        ordered.where(
-            (F.col("index_kind") == "offset")
-            & (
-                (F.col("offset") <= F.col("prev_offset"))
-                | (F.col("position") <= F.col("prev_position"))
-            )
-        ),
-        "offset_index_order",
-        segment=F.col("segment"),
-        first=F.col("offset"),
-        last=F.col("offset"),
-        detail=F.concat(
-            entry_text,
-            F.lit("not above the previous entry ("),
-            F.col("prev_offset"),
-            F.lit(" -> byte "),
-            F.col("prev_position"),
-            F.lit(")"),
-        ),
-    )
-    times = ordered.where(F.col("index_kind") == "time")
-    time_text = F.concat(
-        F.lit("time index slot "),
-        F.col("slot"),
-        F.lit(" ("),
-        F.col("timestamp"),
-        F.lit(", offset "),
-        F.col("offset"),
-        F.lit("): "),
-    )
-    time_order = _finding(
-        times.where(
-            (F.col("timestamp") < F.col("prev_timestamp"))
-            | (F.col("offset") < F.col("prev_offset"))
-        ),
-        "time_index_order",
-        segment=F.col("segment"),
-        first=F.col("offset"),
-        last=F.col("offset"),
-        detail=F.concat(
-            time_text,
-            F.lit("goes back from ("),
-            F.col("prev_timestamp"),
-            F.lit(", offset "),
-            F.col("prev_offset"),
-            F.lit(")"),
-        ),
-    )
-    time_range = _finding(
-        times.where(
-            (F.col("offset") < F.col("segment"))
-            | F.col("seg_last").isNull()
-            | (F.col("offset") > F.col("seg_last"))
-        ),
-        "time_index_entry",
-        segment=F.col("segment"),
-        first=F.col("offset"),
-        last=F.col("offset"),
-        detail=F.concat(time_text, F.lit("offset outside the segment's batches")),
-    )
-    return reduce(DataFrame.unionByName, [problems, pointer, offset_order, time_order, time_range])
+        elif seg_last is not None and e.offset > seg_last:
+            problems.append(("offset_index_entry", f"the segment ends at offset {seg_last}"))
+        if prev is not None:
+            assert prev.offset is not None
+            assert prev.position is not None
+            if e.offset <= prev.offset or e.position <= prev.position:
+                problems.append(
+                    (
+                        "offset_index_order",
+                        f"not above the previous entry ({prev.offset} -> byte {prev.position})",
+                    )
+                )
+        if problems:  # the entry's text only then: most entries are fine
+            text = f"offset index slot {e.slot} ({e.offset} -> byte {e.position}): "
+            found.extend(finding(kind, (e.offset, e.offset), text + why) for kind, why in problems)
+        prev = e
+    prev = None
+    for e in sorted(by_kind["time"], key=lambda e: e.slot):
+        assert e.offset is not None
+        assert e.timestamp is not None
+        text = f"time index slot {e.slot} ({e.timestamp}, offset {e.offset}): "
+        if prev is not None:
+            assert prev.offset is not None
+            assert prev.timestamp is not None
+            if e.timestamp < prev.timestamp or e.offset < prev.offset:
+                found.append(
+                    finding(
+                        "time_index_order", (e.offset, e.offset),
+                        text + f"goes back from ({prev.timestamp}, offset {prev.offset})",
+                    )
+                )  # fmt: skip
+        if e.offset < segment or seg_last is None or e.offset > seg_last:
+            found.append(
+                finding(
+                    "time_index_entry", (e.offset, e.offset),
+                    text + "offset outside the segment's batches",
+                )
+            )  # fmt: skip
+        prev = e
+    return found
 
 
-def replica_summary(checked: DataFrame) -> DataFrame:
-    """Per replica: first and next offset of its valid batches, counts and bytes."""
-    valid = checked.where(F.col("valid"))
-    return valid.groupBy(*_KEYS).agg(
-        F.min("base_offset").alias("first_offset"),
-        (F.max("last_offset") + 1).alias("next_offset"),
-        F.count(F.lit(1)).alias("batches"),
-        F.sum("size_bytes").alias("bytes"),
-    )
+def replica_summary(checked: Iterable[Checked]) -> ReplicaSummary | None:
+    """First and next offset of the valid batches, counts and bytes; None without any."""
+    first: int | None = None
+    next_offset = 0
+    batches = size = 0
+    for c in checked:
+        b = c.batch
+        if b.reason is not None:
+            continue
+        assert b.base_offset is not None
+        assert b.last_offset is not None
+        first = b.base_offset if first is None else min(first, b.base_offset)
+        next_offset = max(next_offset, b.last_offset + 1)
+        batches += 1
+        size += b.size_bytes
+    if first is None:
+        return None
+    return ReplicaSummary(first, next_offset, batches, size)
 
 
-def divergent_batches(checked: DataFrame, bounds: DataFrame, max_rows: int) -> DataFrame:
-    """Batch groups (same topic, partition, base offset) in ``[lo, hi)`` of `bounds` where the
-    replicas disagree: a differing (last offset, epoch, size, CRC) or a replica without it.
+def divergent_batches(
+    replicas: Sequence[tuple[str, Sequence[Checked]]], lo: int, hi: int, max_rows: int
+) -> list[dict[str, Any]]:
+    """Batch groups of one partition (same base offset in ``[lo, hi)``) where the replicas
+    disagree: a differing (last offset, epoch, size, CRC) or a replica without it.
 
     Byte identity by CRC: the stored CRC covers everything but base offset and epoch, which
     are compared directly, and the size. Whether each copy matches its CRC is the scan's
     finding (``crc_mismatch``), not a divergence: a flipped bit is reported once.
 
-    Returns (topic, partition, base_offset, last_offset, replicas:
-    array<struct<broker_dir, variant>>, n_replicas), at most `max_rows` rows.
+    Returns dicts ``base_offset, last_offset, replicas: [{broker_dir, variant}]`` in offset
+    order, at most `max_rows`; a variant is a tuple to compare, not to show.
     """
-    variant = F.concat_ws(
-        "/",
-        F.col("last_offset"),
-        F.col("leader_epoch"),
-        F.col("size_bytes"),
-        F.col("stored_crc"),
-    )
-    rows = (
-        checked.where(F.col("base_offset").isNotNull())
-        .join(F.broadcast(bounds), ["topic", "partition"])
-        .where((F.col("base_offset") >= F.col("lo")) & (F.col("base_offset") < F.col("hi")))
-    )
-    grouped = rows.groupBy("topic", "partition", "base_offset", "n_replicas").agg(
-        F.max("last_offset").alias("last_offset"),
-        F.collect_list(F.struct("broker_dir", variant.alias("variant"))).alias("replicas"),
-        F.countDistinct(variant).alias("variants"),
-    )
-    return (
-        grouped.where((F.col("variants") > 1) | (F.size("replicas") < F.col("n_replicas")))
-        .orderBy("topic", "partition", "base_offset")
-        .limit(max_rows)
-    )
+    spans = [(broker_dir, _variants(checked, lo, hi)) for broker_dir, checked in replicas]
+    if all(variants == spans[0][1] for _, variants in spans[1:]):
+        return []  # byte-identical replicas, the common case: one list comparison in C
+    groups: dict[int, list[tuple[str, tuple[int | None, ...]]]] = {}
+    for broker_dir, variants in spans:
+        for variant in variants:
+            groups.setdefault(variant[0] or 0, []).append((broker_dir, variant[1:]))
+    out: list[dict[str, Any]] = []
+    for base in sorted(groups):
+        members = groups[base]
+        if len({v for _, v in members}) > 1 or len(members) < len(replicas):
+            out.append(
+                {
+                    "base_offset": base,
+                    "last_offset": max(v[0] or 0 for _, v in members),
+                    "replicas": [{"broker_dir": b, "variant": v} for b, v in members],
+                }
+            )
+            if len(out) >= max_rows:
+                break
+    return out
 
 
-def divergent_keys(records: DataFrame, bounds: DataFrame, max_rows: int) -> DataFrame:
-    """For compacted topics: keys whose latest record below ``hi`` differs between replicas.
+def _variants(checked: Iterable[Checked], lo: int, hi: int) -> list[tuple[int | None, ...]]:
+    """What replicas must agree on for each batch placed in ``[lo, hi)``: (base offset, last
+    offset, epoch, size, CRC), a slice of the `BatchRow` (taken in C)."""
+    return [
+        b[2:7]
+        for b in (c.batch for c in checked)
+        if b.base_offset is not None and lo <= b.base_offset < hi
+    ]
+
+
+def divergent_keys(records: Any, bounds: Any, max_rows: int) -> Any:
+    """For compacted topics (a Spark job over the record level): keys whose latest record below
+    ``hi`` differs between replicas.
 
     A replica's state of a key is its latest record's (offset, value hash), or absent when the
     latest is a tombstone or the key is gone (a cleaner may drop tombstones). Returns (topic,
     partition, key, states: array<struct<broker_dir, offset, state>>, n_replicas).
     """
+    from pyspark.sql import functions as F
+
     rows = (
         records.where(F.col("key").isNotNull() & ~F.col("is_control"))
         .join(F.broadcast(bounds), ["topic", "partition"])
@@ -503,3 +521,70 @@ def divergent_keys(records: DataFrame, bounds: DataFrame, max_rows: int) -> Data
         .orderBy("topic", "partition", "key")
         .limit(max_rows)
     )
+
+
+# -- the fast path: a replica whose columns show nothing to report ----------------------------
+
+# A replica's batches as columns in file order, in `BatchRow` field order: segment, position,
+# base_offset, last_offset, leader_epoch, size_bytes, stored_crc, reason.
+Columns = tuple[list[Any], ...]
+_SEGMENT, _POSITION, _BASE, _LAST, _EPOCH, _SIZE, _CRC, _REASON = range(8)
+_new_row: Final = functools.partial(tuple.__new__, BatchRow)
+
+
+def rows_of(columns: Columns) -> list[BatchRow]:
+    return list(map(_new_row, zip(*columns, strict=True)))
+
+
+def plainly_clean(
+    columns: Columns, compacted: bool, limit: int, epochs: Sequence[tuple[int, int]]
+) -> bool:
+    """True only when none of the per-replica checks above could report anything: every batch
+    valid and below the limit, each following the previous (offsets contiguous, or only
+    increasing for a compacted topic), epochs not decreasing and as the checkpoint says, each
+    segment starting at its base offset. Whole-list operations (slices, comparisons, `count`,
+    `bisect`) run in C, so a clean GB costs milliseconds; anything else goes through the
+    per-batch functions, which say what is wrong."""
+    segment, base, last, epoch = (columns[i] for i in (_SEGMENT, _BASE, _LAST, _EPOCH))
+    n = len(base)
+    if limit != NO_LIMIT or columns[_REASON].count(None) != n:
+        return False
+    if n == 0:
+        return True
+    if compacted:
+        follows = all(map(operator.gt, base[1:], last[:-1]))
+    else:
+        follows = base[1:] == [x + 1 for x in last[:-1]]
+    if not follows or not all(map(operator.le, epoch[:-1], epoch[1:])) or epoch[0] < 0:
+        return False
+    for seg in dict.fromkeys(segment):  # in order; the first batch of each segment
+        first = base[segment.index(seg)]
+        if first < seg if compacted else first != seg:
+            return False
+    ranges = sorted(epochs, key=lambda e: e[1])
+    for at, (expected, start) in enumerate(ranges):
+        end = ranges[at + 1][1] if at + 1 < len(ranges) else NO_LIMIT
+        lo, hi = bisect.bisect_left(base, start), bisect.bisect_left(base, end)
+        if epoch[lo:hi].count(expected) != hi - lo:
+            return False
+    return True
+
+
+def clean_summary(columns: Columns) -> ReplicaSummary | None:
+    """`replica_summary` of a `plainly_clean` replica (offsets increase, so the ends are the
+    first and last batch's)."""
+    base, last = columns[_BASE], columns[_LAST]
+    if not base:
+        return None
+    return ReplicaSummary(base[0], last[-1] + 1, len(base), sum(columns[_SIZE]))
+
+
+def clean_spans_equal(replicas: Sequence[Columns], lo: int, hi: int) -> bool:
+    """Whether `plainly_clean` replicas hold the same batches (base, last, epoch, size, CRC) in
+    ``[lo, hi)``: list equality in C; when not, `divergent_batches` says where."""
+    spans = []
+    for columns in replicas:
+        base = columns[_BASE]
+        a, b = bisect.bisect_left(base, lo), bisect.bisect_left(base, hi)
+        spans.append([columns[i][a:b] for i in (_BASE, _LAST, _EPOCH, _SIZE, _CRC)])
+    return all(span == spans[0] for span in spans[1:])

@@ -20,6 +20,8 @@ from offline.batch_scan import (
 )
 from offline.datasource import OPEN_COST_BYTES, discover, plan_slices
 from runtime.log.file_batches import FileBatches
+from runtime.log.offset_index import OffsetIndex
+from runtime.log.time_index import TimeIndex
 from tests.unit.offline.helpers import (
     EVENTS,
     TABLE,
@@ -196,6 +198,45 @@ def test_index_entries_and_file_problems(cluster: BuiltCluster, tmp_path: Path) 
     ]
     assert "not a multiple" in str(problems[0].problem)
     assert "missing" in str(problems[1].problem)
+
+
+def _engine_entries(log: Path, base: int) -> list[tuple[str, int, int | None, int | None]]:
+    offsets = OffsetIndex(log.with_suffix(".index"), base, 1)
+    times = TimeIndex(log.with_suffix(".timeindex"), base, 1)
+    return [
+        *(
+            ("offset", e.offset, e.position, None)
+            for e in map(offsets.entry_at, range(offsets.entries))
+        ),
+        *(("time", e.offset, None, e.timestamp) for e in map(times.entry_at, range(times.entries))),
+    ]
+
+
+def test_index_entries_are_what_the_storage_engine_loads(
+    cluster: BuiltCluster, tmp_path: Path
+) -> None:
+    def ours(log: Path, base: int) -> list[tuple[str, int, int | None, int | None]]:
+        entries = read_index_entries(log, base)
+        assert [e.slot for e in entries if e.kind == "offset"] == list(
+            range(sum(e.kind == "offset" for e in entries))
+        )
+        return [(e.kind, e.offset or 0, e.position, e.timestamp) for e in entries]
+
+    for segment in discover([cluster.root]):
+        log = Path(segment.path)
+        assert ours(log, segment.segment) == _engine_entries(log, segment.segment), log
+    # a preallocated tail of zeros is not entries; zeros before a real entry are
+    source = segment_paths(cluster.root / "broker-0" / f"{EVENTS}-0")[0]
+    copy = tmp_path / source.name
+    copy.write_bytes(source.read_bytes())
+    copy.with_suffix(".timeindex").write_bytes(source.with_suffix(".timeindex").read_bytes())
+    index = source.with_suffix(".index").read_bytes()
+    for content in (index + bytes(80), bytes(8) + index):
+        copy.with_suffix(".index").write_bytes(content)
+        assert ours(copy, 0) == _engine_entries(copy, 0)
+    assert (
+        len([e for e in read_index_entries(copy, 0) if e.kind == "offset"]) == len(index) // 8 + 1
+    )
 
 
 def test_discover_every_kind_of_path(cluster: BuiltCluster) -> None:
