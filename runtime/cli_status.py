@@ -69,7 +69,6 @@ if TYPE_CHECKING:  # argparse's action class cannot be subscripted at run time (
     ClusterRegistrar = Callable[[SubParsers[argparse.ArgumentParser]], None]
 
 # ControllerConfig's fields are the snake_case of Kafka's names, except this one.
-_CONTROLLER_FIELD_NAMES: Final = {"controller_id": "node.id"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,32 +261,19 @@ def cmd_config_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def controller_property_defaults() -> dict[str, Value]:
-    """The controller's properties (Kafka names) with ControllerConfig's defaults; a property
-    without a default (cluster.id) is left out, as it has no value to show."""
-    defaults: dict[str, Value] = {}
-    config = ControllerConfig()
-    for f in dataclasses.fields(config):
-        value = getattr(config, f.name)
-        if value is None:
-            continue
-        defaults[controller_property_name(f.name)] = value
-    return defaults
-
-
-def controller_property_name(field_name: str) -> str:
-    return _CONTROLLER_FIELD_NAMES.get(field_name, field_name.replace("_", "."))
-
-
 def node_property_defaults() -> dict[str, Value]:
-    # Keys both read (the heartbeat and session settings) have the same default in both; the
-    # broker's is taken so a broker property always shows what the broker would use.
-    return {**controller_property_defaults(), **property_defaults()}
+    # Imported here: every `ketch` command imports this module, only `config show` needs these.
+    from runtime import controller_main
+
+    # Keys both read (the heartbeat and session settings, the clients' timeouts) have the same
+    # meaning in both; the broker's default is taken so a broker property shows what it uses.
+    return {**controller_main.property_defaults(), **property_defaults()}
 
 
 def node_known_properties() -> frozenset[str]:
-    controller = {controller_property_name(f.name) for f in dataclasses.fields(ControllerConfig)}
-    return known_properties() | controller
+    from runtime import controller_main
+
+    return known_properties() | controller_main.known_properties()
 
 
 def check_values(effective: EffectiveConfig) -> None:

@@ -98,15 +98,18 @@ class ControllerSettings:
     unknown: tuple[str, ...] = ()  # one message per property name the controller does not read
 
 
+def controller_config_defaults() -> dict[str, Value]:
+    """ControllerConfig's properties with their defaults (cluster.id has none)."""
+    config = ControllerConfig()
+    return {key: getattr(config, name) for key, name in _CONTROLLER_FIELDS.items()}
+
+
 def property_defaults() -> dict[str, Value]:
     """Every property the controller process reads, with the default its component applies."""
-    defaults: dict[str, Value] = {}
-    for fields, instance in (
-        (_CONTROLLER_FIELDS, ControllerConfig()),
-        (_CHANNEL_FIELDS, ChannelConfig()),
-    ):
-        for key, name in fields.items():
-            defaults[key] = getattr(instance, name)
+    defaults = controller_config_defaults()
+    channels = ChannelConfig()
+    for key, name in _CHANNEL_FIELDS.items():
+        defaults[key] = getattr(channels, name)
     server = ServerConfig()
     for key in ServerConfig.PROPERTIES:
         defaults[key] = getattr(server, key.replace(".", "_"))

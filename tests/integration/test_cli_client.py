@@ -577,11 +577,13 @@ def test_config_show_refuses_bad_configuration(
 
 
 def test_controller_property_names_are_the_ones_it_reads() -> None:
-    """Each name `config show` derives from ControllerConfig's fields must be read by
+    """Each ControllerConfig name `config show` lists must be read by
     `ControllerConfig.from_properties`: setting it to another value changes the config."""
     from actors.controller_messages import ControllerConfig
+    from runtime import controller_main
 
-    defaults = cli_status.controller_property_defaults()
+    defaults = controller_main.controller_config_defaults()
+    assert set(defaults) <= set(cli_status.node_property_defaults())
     assert "node.id" in defaults
     base = ControllerConfig()
     for name, value in defaults.items():
