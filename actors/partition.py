@@ -555,8 +555,6 @@ class PartitionActor(Actor):
             return  # superseded by a LeaderAndIsr (or never ours): nothing to apply
         result = message.result
         advanced = False
-        if result.error is not ErrorCode.NONE:
-            self._isr_changes.mark_failed()
         if result.error is ErrorCode.NONE:
             if result.leader_epoch != self._leader_epoch:
                 log.info(
@@ -571,16 +569,18 @@ class PartitionActor(Actor):
                 self._pending = None
                 with self._log_io("high watermark"):
                     advanced = self._maybe_increment_high_watermark(self.clock.monotonic_ms())
-        elif result.error in _REVERT_ERRORS:
-            self._pending = None
-        elif result.error in _WAIT_FOR_METADATA_ERRORS:
-            log.info(
-                "%s: AlterPartition %s; waiting for LeaderAndIsr", self.name, result.error.name
-            )
         else:
-            # The sink gave up on one attempt (timeout, controller moved): the proposal is still
-            # valid, so it goes again; the sink owns the backoff between attempts.
-            self._submit(pending.proposal)
+            self._isr_changes.mark_failed()
+            if result.error in _REVERT_ERRORS:
+                self._pending = None
+            elif result.error in _WAIT_FOR_METADATA_ERRORS:
+                log.info(
+                    "%s: AlterPartition %s; waiting for LeaderAndIsr", self.name, result.error.name
+                )
+            else:
+                # The sink gave up on one attempt (timeout, controller moved): the proposal is
+                # still valid, so it goes again; the sink owns the backoff between attempts.
+                self._submit(pending.proposal)
         self._publish(high_watermark=advanced)
 
     def _count_isr_change(self, old: tuple[int, ...], new: tuple[int, ...]) -> None:
