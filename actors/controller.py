@@ -31,8 +31,8 @@ timers only `tell` it ticks; the channels report StopReplica answers back as mes
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import functools
 import logging
 import random
 from collections.abc import Callable, Iterable, Sequence
@@ -93,7 +93,14 @@ from actors.controller_states import (
 )
 from actors.controller_topics import TopicRefusal, plan_topic, unclean_election_enabled
 from actors.views import NO_LEADER
-from runtime.actor import Actor, ActorFatalError, Supervisor, handles
+from runtime.actor import (
+    Actor,
+    ActorFatalError,
+    MailboxClosed,
+    MailboxFull,
+    Supervisor,
+    handles,
+)
 from runtime.clock import Clock
 from runtime.log.partition_dir import TopicPartition
 from runtime.net.transport import Address
@@ -260,7 +267,6 @@ class ControllerActor(Actor):
         self._shutting_down: set[int] = set()
         self._records_since_snapshot = 0
         self._last_offset = -1
-        self._tasks: list[asyncio.Task[None]] = []
         self.unclean_elections = 0
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -281,25 +287,19 @@ class ControllerActor(Actor):
             len(encoded),
         )
         await self._resume()
-        self._every(self.config.session_check_interval_ms, SessionTick())
+        self.every(
+            self.config.session_check_interval_ms, functools.partial(self._tick, SessionTick())
+        )
         if self.config.auto_leader_rebalance_enable:
-            self._every(self.config.leader_imbalance_check_interval_seconds * 1000, RebalanceTick())
+            self.every(
+                self.config.leader_imbalance_check_interval_seconds * 1000,
+                functools.partial(self._tick, RebalanceTick()),
+            )
 
-    async def on_stop(self) -> None:
-        tasks, self._tasks = self._tasks, []
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-    def _every(self, interval_ms: int, tick: object) -> None:
-        async def loop() -> None:
-            while True:
-                await self.clock.sleep(interval_ms / 1000)
-                with contextlib.suppress(Exception):
-                    # A full mailbox skips a tick; the next one comes soon enough.
-                    self.try_tell(tick)
-
-        self._tasks.append(asyncio.get_running_loop().create_task(loop(), name=f"{self.name}-tick"))
+    def _tick(self, tick: SessionTick | RebalanceTick) -> None:
+        with contextlib.suppress(MailboxFull, MailboxClosed):
+            # A full mailbox skips a tick; the next one comes soon enough.
+            self.try_tell(tick)
 
     async def _resume(self) -> None:
         """After a (re)start: the brokers the log says are live get a grace session from now,

@@ -237,7 +237,6 @@ class ReplicaManager(Actor):
         self._controller_epoch = -1
         self._broker_epoch = NO_BROKER_EPOCH
         self._pending_fetchers: set[TopicPartition] = set()
-        self._tasks: list[asyncio.Task[None]] = []
         self._checkpointing = False
         # Per-topic min.insync.replicas overrides, replaced whole on change (the data path
         # reads it without asking the actor).
@@ -301,13 +300,9 @@ class ReplicaManager(Actor):
         await self.stop(drain=False)
 
     async def on_start(self) -> None:
-        self._every(self.config.replica_lag_time_max_ms // 2, self._expire_isr)
+        self.every(self.config.replica_lag_time_max_ms // 2, self._expire_isr)
 
     async def on_stop(self) -> None:
-        tasks, self._tasks = self._tasks, []
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
         self._fetchers.remove_partitions(list(self._partitions))
         self._pending_fetchers.clear()
         actors = list(self._partitions.values())
@@ -318,19 +313,6 @@ class ReplicaManager(Actor):
             self._checkpoint_high_watermarks()
         self._partitions.clear()
         self._publish_routes()
-
-    def _every(self, interval_ms: int, action: Callable[[], None]) -> None:
-        async def loop() -> None:
-            while True:
-                await self.clock.sleep(interval_ms / 1000)
-                try:
-                    action()
-                except Exception:
-                    # A failed round (a checkpoint write on a failing disk) must not end the
-                    # schedule; the next round tries again.
-                    log.exception("%s: periodic task failed", self.name)
-
-        self._tasks.append(asyncio.get_running_loop().create_task(loop(), name=f"{self.name}-tick"))
 
     def _expire_isr(self) -> None:
         """Seed 000's maybeShrinkIsr round: every hosted partition gets the tick (followers
@@ -415,7 +397,7 @@ class ReplicaManager(Actor):
             # Seed 000: checkpointing starts with the first LeaderAndIsr, once the HWs in memory
             # come from a controller's decision rather than only from the last checkpoint.
             self._checkpointing = True
-            self._every(
+            self.every(
                 self.config.high_watermark_checkpoint_interval_ms,
                 self._checkpoint_high_watermarks,
             )

@@ -146,6 +146,7 @@ class Actor:
         self._started = False
         self._finished = anyio.Event()
         self._own_task: asyncio.Task[None] | None = None
+        self._periodic: list[asyncio.Task[None]] = []
         self.failure: BaseException | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -177,6 +178,23 @@ class Actor:
 
     async def on_start(self) -> None:
         """Runs in the actor's task before the first message."""
+
+    def every(self, interval_ms: int, action: Callable[[], None]) -> None:
+        """Call `action` every `interval_ms` on the actor's clock (from `on_start` or a
+        handler), until the actor stops: the schedule's task is the actor's and is cancelled
+        before `on_stop`. The action runs outside the mailbox, so it should only read published
+        state or tell the actor a message; an exception is logged and the next round runs."""
+
+        async def loop() -> None:
+            while True:
+                await self.clock.sleep(interval_ms / 1000)
+                try:
+                    action()
+                except Exception:
+                    log.exception("%s: periodic action failed", self.name)
+
+        task = asyncio.get_running_loop().create_task(loop(), name=f"{self.name}-every")
+        self._periodic.append(task)
 
     async def on_stop(self) -> None:
         """Runs in the actor's task after the last message."""
@@ -218,6 +236,7 @@ class Actor:
                     break
                 if not await self._dispatch(envelope):
                     break
+            await self._stop_periodic()
             await self.on_stop()
         except Exception as error:
             # on_start / on_stop failed: the supervisor decides, as for a fatal handler error.
@@ -225,9 +244,17 @@ class Actor:
             log.exception("%s: stopped by an error outside a handler", self.name)
             self._fail(error)
         finally:
+            for task in self._periodic:  # already done on a normal stop; here for errors
+                task.cancel()
             self._mailbox.close()
             self._reject_queued()
             self._finished.set()
+
+    async def _stop_periodic(self) -> None:
+        tasks, self._periodic = self._periodic, []
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _dispatch(self, envelope: _Envelope) -> bool:
         """Run one message's handler; False if the actor must stop."""

@@ -264,6 +264,33 @@ async def test_max_wait_is_measured_on_the_injected_clock() -> None:
     await actor.stop()
 
 
+async def test_every_runs_on_the_clock_survives_errors_and_ends_with_the_actor() -> None:
+    from runtime.clock import ManualClock
+
+    clock = ManualClock()
+    actor = Log(clock=clock)
+    rounds: list[int] = []
+
+    def action() -> None:
+        rounds.append(clock.monotonic_ms())
+        if len(rounds) == 2:
+            raise RuntimeError("a failed round")
+
+    await actor.start()
+    await actor.ask(Snapshot())
+    actor.every(10, action)
+    await asyncio.sleep(0)  # the schedule's task arms its first sleep
+    for _ in range(4):
+        clock.advance(10)
+        await eventually(lambda: len(rounds) == clock.monotonic_ms() // 10)
+    assert rounds == [10, 20, 30, 40]  # the failure in round 2 did not end the schedule
+    await actor.stop()
+    clock.advance(100)
+    await asyncio.sleep(0)
+    assert rounds == [10, 20, 30, 40]
+    assert asyncio.all_tasks() == {asyncio.current_task()}
+
+
 def test_two_handlers_for_one_type_are_refused() -> None:
     with pytest.raises(TypeError, match="two handlers"):
 
