@@ -4,16 +4,27 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test lint typecheck pytest run bench clean
+.PHONY: test lint typecheck pytest run bench clean kcat
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-# Reinstall whenever pyproject.toml changes; all extras, so Spark and the dev tools are present.
+# Reinstall whenever pyproject.toml changes; all extras, so Spark, the Kafka clients and the dev
+# tools are present.
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,spark]'
+	$(PY) -m pip install --quiet -e '.[dev,spark,kafka-clients]'
 	touch $(STAMP)
+
+# kcat (a librdkafka command-line client) for the Kafka listener's tests: installed from Debian's
+# packages when missing and apt-get can run; otherwise its test is skipped and says why.
+kcat:
+	@command -v kcat >/dev/null 2>&1 || { \
+	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	    (apt-get install -y -q kcat >/dev/null 2>&1 || \
+	     (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q kcat >/dev/null 2>&1)) || \
+	    echo "kcat could not be installed; its test will be skipped"; \
+	  else echo "kcat missing and apt-get unavailable; its test will be skipped"; fi; }
 
 test: lint typecheck pytest
 
@@ -24,7 +35,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-pytest: $(STAMP)
+pytest: $(STAMP) kcat
 	$(VENV)/bin/pytest
 
 # The main job: a local cluster (a controller and 3 brokers on 127.0.0.1:9092-9094, data in

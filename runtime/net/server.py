@@ -1,10 +1,14 @@
-"""The request server: native-protocol connections in, typed requests to handlers, responses out.
+"""The request server: connections in, typed requests to handlers, responses out.
 
-One `Server` serves one listener of a `Transport` (TCP or the in-memory network). Per connection:
+One `Server` serves one listener of a `Transport` (TCP or the in-memory network) in one
+*dialect*: ketch's native protocol (`NativeDialect`, the default) or Kafka's
+(runtime/net/kafka_dialect.py). The dialect turns a frame into a `Call` (handler, typed request)
+or a ready answer, and frames the handler's response; everything else here is the same for both.
+Both protocols frame requests with a 4-byte big-endian length. Per connection:
 
 * **One reader task** (the task the transport starts for the stream) reads bytes, cuts frames
-  (`wire.frames`), decodes envelopes and requests, and dispatches each request to its handler in
-  a task of its own, so pipelined requests run concurrently.
+  (`wire.frames`), has the dialect decode each, and dispatches each request to its handler in a
+  task of its own, so pipelined requests run concurrently.
 * **Responses leave in request order**, as Kafka guarantees: each request owns a slot in a FIFO;
   whichever task completes the slot at the head writes every consecutive finished slot in one
   send, so no extra writer task sits on the hot path and a slow request holds back only the
@@ -17,7 +21,8 @@ One `Server` serves one listener of a `Transport` (TCP or the in-memory network)
   the injected clock) are closed. One alarm per idle period, re-armed lazily, so a busy
   connection costs no timer work per request.
 * A frame over socket.request.max.bytes, a garbled length or an undecodable envelope closes that
-  connection only. A well-framed request the server cannot serve is answered instead:
+  connection only (so does a dialect that fails to admit a frame). A well-framed native request
+  the server cannot serve is answered instead:
 
       unknown API key / version, or no handler for it   UNSUPPORTED_VERSION (bare error body)
       body that does not match the request's fields     INVALID_REQUEST
@@ -26,7 +31,7 @@ One `Server` serves one listener of a `Transport` (TCP or the in-memory network)
 
   in the response's top-level `error_code`; the handler is not called for the first three.
 
-SaslHandshake (17) and SaslAuthenticate (36) are answered by the server itself, synchronously in
+SaslHandshake (17) and SaslAuthenticate (36) are answered by the native dialect, synchronously in
 the reader, so a request pipelined behind the final SaslAuthenticate already sees the connection
 authenticated (see `runtime.net.auth` for the exchange). ApiVersions (18) is answered from the
 registered handlers unless a handler for it is given.
@@ -49,7 +54,7 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 from runtime.clock import NS_PER_MS, Alarm, Clock
 from runtime.net import auth
@@ -163,8 +168,107 @@ class _Slot:
         self.frame = frame  # the encoded response frame once it is known
 
 
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A decoded request for a handler, and how its answer is framed in the request's dialect."""
+
+    handler: Handler
+    request: Request
+    context: RequestContext
+    # Whatever else the dialect needs to frame the answer (the Kafka dialect: the decoded
+    # request, whose fields some answers echo).
+    origin: object = None
+
+
+class Dialect(Protocol):
+    """One connection's protocol: cuts requests out of frames and frames their answers.
+
+    `admit(frame)` returns either a ready response frame (b"": no response), answered in order
+    without calling a handler, or a `Call` to serve; it raises `ProtocolError` when the frame
+    cannot be trusted, which closes the connection. `encode(call, response)` frames a handler's
+    answer (None: no response, b""); `error(call, code)` frames an error answer for a handler
+    that failed. A dialect object serves one connection (it may hold that connection's session
+    state, such as the native SASL exchange).
+    """
+
+    def admit(self, frame: bytes) -> bytes | Call: ...
+
+    def encode(self, call: Call, response: Response | None) -> bytes: ...
+
+    def error(self, call: Call, code: ErrorCode) -> bytes: ...
+
+
+DialectFactory = Callable[["Server", Stream], Dialect]
+"""Builds the dialect of each accepted connection."""
+
+
 def _response_frame(correlation_id: int, body: dict[str, Any]) -> bytes:
     return encode_frame(encode_response(ResponseEnvelope(correlation_id, body)))
+
+
+class NativeDialect:
+    """ketch's own protocol (msgpack envelopes) with the cluster-credential SASL exchange."""
+
+    def __init__(self, server: Server, stream: Stream) -> None:
+        self.server = server
+        self.peer = stream.peer
+        self.authenticator = ServerAuthenticator(server.cluster_secret)
+
+    def admit(self, frame: bytes) -> bytes | Call:
+        envelope = decode_request(frame)
+        correlation_id = envelope.correlation_id
+        try:
+            request_cls = request_class(envelope.api_key, envelope.api_version)
+        except UnsupportedVersionError:
+            return _response_frame(correlation_id, error_body(ErrorCode.UNSUPPORTED_VERSION))
+        api_key = envelope.api_key
+        is_sasl = api_key in _SASL_API_KEYS
+        if api_key in CONTROL_PLANE_API_KEYS and not self.authenticator.authenticated:
+            return _error_frame(request_cls, correlation_id, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        handler = self.server.handler_for(api_key)
+        if handler is None and not is_sasl:
+            return _response_frame(correlation_id, error_body(ErrorCode.UNSUPPORTED_VERSION))
+        try:
+            request = request_cls.from_body(envelope.body)
+        except MessageError as exc:
+            _log.info("malformed request from %s: %s", self.peer, exc)
+            return _error_frame(request_cls, correlation_id, ErrorCode.INVALID_REQUEST)
+        if is_sasl:
+            return _response_frame(correlation_id, self.authenticate(request).to_body())
+        assert handler is not None
+        context = RequestContext(
+            peer=self.peer,
+            client_id=envelope.client_id,
+            api_key=api_key,
+            api_version=envelope.api_version,
+            correlation_id=correlation_id,
+            cluster_member=self.authenticator.authenticated,
+        )
+        return Call(handler, request, context)
+
+    def encode(self, call: Call, response: Response | None) -> bytes:
+        if response is None:
+            return b""
+        return _response_frame(call.context.correlation_id, response.to_body())
+
+    def error(self, call: Call, code: ErrorCode) -> bytes:
+        return _error_frame(type(call.request), call.context.correlation_id, code)
+
+    def authenticate(self, request: Request) -> Response:
+        if isinstance(request, SaslHandshakeRequest):
+            code = self.authenticator.handshake(request.mechanism)
+            return SaslHandshakeResponse(error_code=code, mechanisms=self.authenticator.mechanisms)
+        assert isinstance(request, SaslAuthenticateRequest)
+        code, auth_bytes = self.authenticator.authenticate(request.auth_bytes)
+        if code is ErrorCode.NONE:
+            return SaslAuthenticateResponse(auth_bytes=auth_bytes)
+        _log.warning("cluster credential rejected for %s: %s", self.peer, code.name)
+        message = f"{auth.MECHANISM} exchange failed ({code.name}); open a new connection"
+        return SaslAuthenticateResponse(error_code=code, error_message=message)
+
+
+def _error_frame(request_cls: type[Request], correlation_id: int, code: ErrorCode) -> bytes:
+    return _response_frame(correlation_id, request_cls.RESPONSE.error_response(code).to_body())
 
 
 class _Connection:
@@ -173,9 +277,9 @@ class _Connection:
     def __init__(self, server: Server, stream: Stream) -> None:
         self.server = server
         self.stream = stream
+        self.dialect = server.dialect(server, stream)
         self.decoder = FrameDecoder(server.config.socket_request_max_bytes)
         self.pending: deque[_Slot] = deque()
-        self.authenticator = ServerAuthenticator(server.cluster_secret)
         self.flushing = False
         self.flush_scheduled = False
         self.closed = False
@@ -195,6 +299,11 @@ class _Connection:
             _log.warning("closing connection from %s: %s", self.stream.peer, exc)
         except OSError as exc:
             _log.debug("connection from %s broke: %s", self.stream.peer, exc)
+        except Exception:
+            # A dialect bug on one request: that connection is lost, never the server.
+            _log.exception(
+                "closing connection from %s: request could not be admitted", self.stream.peer
+            )
         finally:
             await self.close()
 
@@ -234,95 +343,36 @@ class _Connection:
             self.slot_waiter = None
 
     def dispatch(self, frame: bytes) -> None:
-        envelope = decode_request(frame)
-        correlation_id = envelope.correlation_id
+        admitted = self.dialect.admit(frame)
+        if isinstance(admitted, bytes):
+            self.pending.append(_Slot(admitted))
+            return
         slot = _Slot()
         self.pending.append(slot)
-        try:
-            request_cls = request_class(envelope.api_key, envelope.api_version)
-        except UnsupportedVersionError:
-            slot.frame = _response_frame(correlation_id, error_body(ErrorCode.UNSUPPORTED_VERSION))
-            return
-        api_key = envelope.api_key
-        is_sasl = api_key in _SASL_API_KEYS
-        if api_key in CONTROL_PLANE_API_KEYS and not self.authenticator.authenticated:
-            code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
-            slot.frame = self.error_frame(request_cls, correlation_id, code)
-            return
-        handler = self.server.handler_for(api_key)
-        if handler is None and not is_sasl:
-            slot.frame = _response_frame(correlation_id, error_body(ErrorCode.UNSUPPORTED_VERSION))
-            return
-        try:
-            request = request_cls.from_body(envelope.body)
-        except MessageError as exc:
-            _log.info("malformed request from %s: %s", self.stream.peer, exc)
-            slot.frame = self.error_frame(request_cls, correlation_id, ErrorCode.INVALID_REQUEST)
-            return
-        if is_sasl:
-            slot.frame = _response_frame(correlation_id, self.authenticate(request).to_body())
-            return
-        assert handler is not None
-        context = RequestContext(
-            peer=self.stream.peer,
-            client_id=envelope.client_id,
-            api_key=api_key,
-            api_version=envelope.api_version,
-            correlation_id=correlation_id,
-            cluster_member=self.authenticator.authenticated,
-        )
         server = self.server
         # The clock is read only for an observer: without metrics a request pays nothing.
         received_ns = server.clock.monotonic_ns() if server.request_observer is not None else 0
-        server.spawn(self.serve(slot, handler, request, context, received_ns))
-
-    def authenticate(self, request: Request) -> Response:
-        if isinstance(request, SaslHandshakeRequest):
-            code = self.authenticator.handshake(request.mechanism)
-            return SaslHandshakeResponse(error_code=code, mechanisms=self.authenticator.mechanisms)
-        assert isinstance(request, SaslAuthenticateRequest)
-        code, auth_bytes = self.authenticator.authenticate(request.auth_bytes)
-        if code is ErrorCode.NONE:
-            return SaslAuthenticateResponse(auth_bytes=auth_bytes)
-        _log.warning("cluster credential rejected for %s: %s", self.stream.peer, code.name)
-        message = f"{auth.MECHANISM} exchange failed ({code.name}); open a new connection"
-        return SaslAuthenticateResponse(error_code=code, error_message=message)
-
-    @staticmethod
-    def error_frame(request_cls: type[Request], correlation_id: int, code: ErrorCode) -> bytes:
-        return _response_frame(correlation_id, request_cls.RESPONSE.error_response(code).to_body())
+        server.spawn(self.serve(slot, admitted, received_ns))
 
     # serving and writing
 
-    async def serve(
-        self,
-        slot: _Slot,
-        handler: Handler,
-        request: Request,
-        context: RequestContext,
-        received_ns: int,
-    ) -> None:
+    async def serve(self, slot: _Slot, call: Call, received_ns: int) -> None:
         try:
-            response = await handler(request, context)
             # None: the request gets no response (Kafka's Produce with acks=0); its slot still
             # keeps its place so later responses are not written ahead of earlier ones.
-            frame = (
-                b""
-                if response is None
-                else _response_frame(context.correlation_id, response.to_body())
-            )
+            frame = self.dialect.encode(call, await call.handler(call.request, call.context))
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if current is not None and current.cancelling():
                 raise  # stop() cancelled this task: the connection is closing anyway
             # Something the handler awaited was cancelled, not this task; answer rather than
             # leave a hole that would hold back every later response on the connection.
-            frame = self.failure_frame(request, context)
+            frame = self.failure_frame(call)
         except Exception:
-            frame = self.failure_frame(request, context)
+            frame = self.failure_frame(call)
         server = self.server
         if server.request_observer is not None:
-            server.request_observer(request, server.clock.monotonic_ns() - received_ns)
+            server.request_observer(call.request, server.clock.monotonic_ns() - received_ns)
         slot.frame = frame
         pending = self.pending
         if self.flushing or not pending or pending[0] is not slot:
@@ -335,16 +385,16 @@ class _Connection:
             self.flush_scheduled = True
             self.server.spawn(self.deferred_flush())
 
-    def failure_frame(self, request: Request, context: RequestContext) -> bytes:
+    def failure_frame(self, call: Call) -> bytes:
         # A handler bug must cost one error response, never the connection or the server.
+        context = call.context
         _log.exception(
             "handler for API %d failed (request %d from %s)",
             context.api_key,
             context.correlation_id,
             context.peer,
         )
-        code = ErrorCode.UNKNOWN_SERVER_ERROR
-        return self.error_frame(type(request), context.correlation_id, code)
+        return self.dialect.error(call, ErrorCode.UNKNOWN_SERVER_ERROR)
 
     async def deferred_flush(self) -> None:
         self.flush_scheduled = False
@@ -438,6 +488,7 @@ class Server:
         config: ServerConfig | None = None,
         cluster_secret: bytes | None = None,
         request_observer: RequestObserver | None = None,
+        dialect: DialectFactory = NativeDialect,
     ) -> None:
         self.transport = transport
         self.requested_address = address
@@ -447,6 +498,7 @@ class Server:
         # None: no connection can become a cluster member (control-plane APIs always refused).
         self.cluster_secret = cluster_secret
         self.request_observer = request_observer
+        self.dialect = dialect
         if cluster_secret is not None:
             ServerAuthenticator(cluster_secret)  # rejects an unusable secret now, not per client
         if ApiKey.API_VERSIONS not in self.handlers:

@@ -1,0 +1,118 @@
+"""The Kafka listener's dialect: Kafka requests in, the broker's native handlers, Kafka answers out.
+
+The server (runtime/net/server.py) keeps doing what it does for the native listener (framing,
+per-connection ordering of responses, backpressure, idle timeouts, graceful stop); this dialect
+only turns each frame into a `Call` on the same handlers the native listener uses, and their
+native responses into Kafka responses of the version that was asked (`wire.kafka`).
+
+What a request cannot become:
+
+    ApiVersions of a version not served      v0-format UNSUPPORTED_VERSION answer (client retries)
+    another API or version not served        connection closed (as Kafka does)
+    header or body kio cannot decode         connection closed
+    a refused request (replica id on Fetch)  the API's own per-partition error answer
+    handler failure                          UNKNOWN_SERVER_ERROR per partition (Kafka's way)
+
+Kafka connections never authenticate here: no control-plane API is reachable through this
+listener (none is in `wire.kafka.apis.APIS`), and `RequestContext.cluster_member` is False.
+The dialect holds no per-connection state, so one instance serves every connection.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from kio.static.constants import EntityType
+
+from runtime.net.server import Call, Handler, RequestContext, Server
+from runtime.net.transport import Stream
+from wire.errors import ErrorCode
+from wire.kafka.apis import API_VERSIONS_RANGE, APIS, KafkaApi, error_response, kio_response
+from wire.kafka.codec import (
+    KafkaFrameError,
+    KafkaRequest,
+    decode_request,
+    encode_response,
+    read_prefix,
+    schema,
+    unsupported_api_versions,
+)
+from wire.messages import ApiKey, ApiVersionsResponse, ApiVersionsResponseKey, Response
+
+_log = logging.getLogger(__name__)
+
+
+class KafkaDialect:
+    """Serves `APIS` with `handlers` (by API key, native requests and responses)."""
+
+    def __init__(self, handlers: Mapping[int, Handler], peer: str = "") -> None:
+        self.handlers = dict(handlers)
+        self.peer = peer
+        self.apis = {key: api for key, api in APIS.items() if self._servable(api)}
+
+    def _servable(self, api: KafkaApi) -> bool:
+        return api.native is None or api.key in self.handlers
+
+    def for_connection(self, server: Server, stream: Stream) -> KafkaDialect:
+        """The `DialectFactory` for `Server(dialect=...)`: this stateless dialect, shared."""
+        return self
+
+    # -- admitting a frame ------------------------------------------------------------------------
+
+    def admit(self, frame: bytes) -> bytes | Call:
+        prefix = read_prefix(frame)
+        api = self.apis.get(prefix.api_key)
+        if prefix.api_key == ApiKey.API_VERSIONS and not (api and api.serves(prefix.api_version)):
+            return unsupported_api_versions(prefix.correlation_id, *API_VERSIONS_RANGE)
+        if api is None or not api.serves(prefix.api_version):
+            raise KafkaFrameError(
+                f"API {prefix.api_key} v{prefix.api_version} is not served on the Kafka listener"
+            )
+        request = decode_request(frame, prefix)
+        response_cls = schema(request.api_key, request.api_version, EntityType.response)
+        if api.key == ApiKey.API_VERSIONS:
+            return encode_response(request.correlation_id, self.api_versions(response_cls))
+        if api.answer is not None:
+            return encode_response(request.correlation_id, api.answer(request.body, response_cls))
+        try:
+            native = api.native_request(request.body, request.api_version)
+        except (TypeError, ValueError) as exc:
+            # A value kio accepts but the native message cannot hold (out of its range).
+            raise KafkaFrameError(f"API {api.key} v{request.api_version}: {exc}") from None
+        call = Call(self.handlers[api.key], native, self._context(request), response_cls)
+        if api.refuse is not None and (code := api.refuse(native)) is not None:
+            return self.error(call, code)
+        return call
+
+    def _context(self, request: KafkaRequest) -> RequestContext:
+        return RequestContext(
+            peer=self.peer,
+            client_id=request.client_id,
+            api_key=request.api_key,
+            api_version=request.api_version,
+            correlation_id=request.correlation_id,
+            cluster_member=False,
+        )
+
+    def api_versions(self, response_cls: type[Any]) -> Any:
+        served = ApiVersionsResponse(
+            api_keys=[
+                ApiVersionsResponseKey(api_key=api.key, min_version=api.low, max_version=api.high)
+                for api in sorted(self.apis.values(), key=lambda api: api.key)
+            ]
+        )
+        return kio_response(served, response_cls)
+
+    # -- answering --------------------------------------------------------------------------------
+
+    def encode(self, call: Call, response: Response | None) -> bytes:
+        if response is None:
+            return b""  # Produce with acks=0: Kafka sends nothing back
+        response_cls = call.origin
+        assert isinstance(response_cls, type)
+        return encode_response(call.context.correlation_id, kio_response(response, response_cls))
+
+    def error(self, call: Call, code: ErrorCode) -> bytes:
+        return self.encode(call, error_response(call.request, code))

@@ -1,0 +1,224 @@
+"""Native requests and responses with every field set, for the Kafka codec tests."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from wire.messages import (
+    ApiKey,
+    CreatableReplicaAssignment,
+    CreatableTopic,
+    CreatableTopicConfig,
+    CreatableTopicResult,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeletableTopicResult,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    EpochEndOffset,
+    FetchableTopicResponse,
+    FetchPartition,
+    FetchRequest,
+    FetchResponse,
+    FetchResponsePartition,
+    FetchTopic,
+    ListOffsetsPartition,
+    ListOffsetsPartitionResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ListOffsetsTopic,
+    ListOffsetsTopicResponse,
+    MetadataRequest,
+    MetadataRequestTopic,
+    MetadataResponse,
+    MetadataResponseBroker,
+    MetadataResponsePartition,
+    MetadataResponseTopic,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+    OffsetForLeaderPartition,
+    OffsetForLeaderTopic,
+    OffsetForLeaderTopicResult,
+    PartitionProduceData,
+    PartitionProduceResponse,
+    ProduceRequest,
+    ProduceResponse,
+    Request,
+    Response,
+    TopicProduceData,
+    TopicProduceResponse,
+)
+
+TOPIC_ID: Final = bytes(range(1, 17))
+RECORDS: Final = b"\x00" * 61 + b"opaque batch bytes"
+
+REQUESTS: Final[dict[int, Request]] = {
+    ApiKey.METADATA: MetadataRequest(
+        topics=[MetadataRequestTopic(name="orders"), MetadataRequestTopic(name="audit")],
+        allow_auto_topic_creation=False,
+    ),
+    ApiKey.PRODUCE: ProduceRequest(
+        acks=-1,
+        timeout_ms=1500,
+        topic_data=[
+            TopicProduceData(
+                name="orders",
+                partition_data=[
+                    PartitionProduceData(index=0, records=RECORDS),
+                    PartitionProduceData(index=2, records=RECORDS + b"x"),
+                ],
+            )
+        ],
+    ),
+    ApiKey.FETCH: FetchRequest(
+        max_wait_ms=500,
+        min_bytes=1,
+        max_bytes=52_428_800,
+        isolation_level=1,
+        topics=[
+            FetchTopic(
+                topic="orders",
+                partitions=[
+                    FetchPartition(
+                        partition=1,
+                        current_leader_epoch=4,
+                        fetch_offset=1234,
+                        log_start_offset=-1,
+                        partition_max_bytes=1_048_576,
+                    )
+                ],
+            )
+        ],
+    ),
+    ApiKey.LIST_OFFSETS: ListOffsetsRequest(
+        isolation_level=1,
+        topics=[
+            ListOffsetsTopic(
+                name="orders",
+                partitions=[
+                    ListOffsetsPartition(partition_index=0, current_leader_epoch=3, timestamp=-2),
+                    ListOffsetsPartition(partition_index=1, timestamp=1_700_000_000_000),
+                ],
+            )
+        ],
+    ),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: OffsetForLeaderEpochRequest(
+        topics=[
+            OffsetForLeaderTopic(
+                topic="orders",
+                partitions=[
+                    OffsetForLeaderPartition(partition=0, current_leader_epoch=5, leader_epoch=4)
+                ],
+            )
+        ]
+    ),
+    ApiKey.CREATE_TOPICS: CreateTopicsRequest(
+        topics=[
+            CreatableTopic(
+                name="orders",
+                num_partitions=3,
+                replication_factor=3,
+                configs=[CreatableTopicConfig(name="min.insync.replicas", value="2")],
+            ),
+            CreatableTopic(
+                name="placed",
+                num_partitions=-1,
+                replication_factor=-1,
+                assignments=[CreatableReplicaAssignment(partition_index=0, broker_ids=[2, 0])],
+            ),
+        ],
+        timeout_ms=30_000,
+        validate_only=False,
+    ),
+    ApiKey.DELETE_TOPICS: DeleteTopicsRequest(topic_names=["orders", "audit"], timeout_ms=9000),
+}
+
+RESPONSES: Final[dict[int, Response]] = {
+    ApiKey.METADATA: MetadataResponse(
+        brokers=[
+            MetadataResponseBroker(node_id=0, host="127.0.0.1", port=19092),
+            MetadataResponseBroker(node_id=1, host="127.0.0.1", port=19093, rack="r1"),
+        ],
+        cluster_id="ketch-test",
+        controller_id=1,
+        topics=[
+            MetadataResponseTopic(
+                name="orders",
+                topic_id=TOPIC_ID,
+                partitions=[
+                    MetadataResponsePartition(
+                        partition_index=0,
+                        leader_id=1,
+                        leader_epoch=7,
+                        replica_nodes=[1, 0],
+                        isr_nodes=[1],
+                        offline_replicas=[0],
+                    )
+                ],
+            ),
+            MetadataResponseTopic(name="missing", error_code=3),
+        ],
+    ),
+    ApiKey.PRODUCE: ProduceResponse(
+        responses=[
+            TopicProduceResponse(
+                name="orders",
+                partition_responses=[
+                    PartitionProduceResponse(index=0, base_offset=41, log_start_offset=3),
+                    PartitionProduceResponse(index=2, error_code=19, error_message="no quorum"),
+                ],
+            )
+        ]
+    ),
+    ApiKey.FETCH: FetchResponse(
+        responses=[
+            FetchableTopicResponse(
+                topic="orders",
+                partitions=[
+                    FetchResponsePartition(
+                        partition_index=1,
+                        high_watermark=2000,
+                        last_stable_offset=2000,
+                        log_start_offset=5,
+                        records=RECORDS,
+                    ),
+                    FetchResponsePartition(partition_index=2, error_code=6),
+                ],
+            )
+        ]
+    ),
+    ApiKey.LIST_OFFSETS: ListOffsetsResponse(
+        topics=[
+            ListOffsetsTopicResponse(
+                name="orders",
+                partitions=[
+                    ListOffsetsPartitionResponse(
+                        partition_index=0, timestamp=-1, offset=17, leader_epoch=3
+                    )
+                ],
+            )
+        ]
+    ),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: OffsetForLeaderEpochResponse(
+        topics=[
+            OffsetForLeaderTopicResult(
+                topic="orders",
+                partitions=[EpochEndOffset(partition=0, leader_epoch=4, end_offset=99)],
+            )
+        ]
+    ),
+    ApiKey.CREATE_TOPICS: CreateTopicsResponse(
+        topics=[
+            CreatableTopicResult(
+                name="orders", topic_id=TOPIC_ID, num_partitions=3, replication_factor=3
+            ),
+            CreatableTopicResult(name="placed", error_code=36, error_message="exists"),
+        ]
+    ),
+    ApiKey.DELETE_TOPICS: DeleteTopicsResponse(
+        responses=[
+            DeletableTopicResult(name="orders"),
+            DeletableTopicResult(name="audit", error_code=3, error_message="unknown"),
+        ]
+    ),
+}
