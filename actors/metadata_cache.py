@@ -121,6 +121,7 @@ class TopicState:
 
 _EMPTY_BROKERS: Mapping[int, AliveBroker] = MappingProxyType({})
 _EMPTY_TOPICS: Mapping[str, TopicState] = MappingProxyType({})
+_EMPTY_NAMES: Mapping[bytes, str] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +132,8 @@ class MetadataSnapshot:
     controller_epoch: int = -1
     brokers: Mapping[int, AliveBroker] = field(default_factory=lambda: _EMPTY_BROKERS)
     topics: Mapping[str, TopicState] = field(default_factory=lambda: _EMPTY_TOPICS)
+    # Topic id -> name for the topics whose id is known (Kafka APIs that name topics by id).
+    names_by_id: Mapping[bytes, str] = field(default_factory=lambda: _EMPTY_NAMES)
 
     # -- brokers -----------------------------------------------------------------------------
 
@@ -161,6 +164,10 @@ class MetadataSnapshot:
     def topic_id(self, name: str) -> bytes:
         topic = self.topics.get(name)
         return ZERO_UUID if topic is None else topic.topic_id
+
+    def topic_name(self, topic_id: bytes) -> str | None:
+        """The name of the topic with this id; None when no topic has it."""
+        return self.names_by_id.get(topic_id)
 
     def leader_endpoint(
         self, tp: TopicPartition, listener: str = DEFAULT_LISTENER
@@ -236,10 +243,9 @@ class MetadataSnapshot:
         )
 
     def _topic_by_id(self, topic_id: bytes, listener: str) -> MetadataResponseTopic:
-        if topic_id != ZERO_UUID:
-            for topic in self.topics.values():
-                if topic.topic_id == topic_id:
-                    return self._topic_answer(topic, listener)
+        name = self.names_by_id.get(topic_id)
+        if name is not None:
+            return self._topic_answer(self.topics[name], listener)
         return MetadataResponseTopic(
             error_code=ErrorCode.UNKNOWN_TOPIC_ID, name="", topic_id=topic_id
         )
@@ -303,11 +309,17 @@ class MetadataCache:
             for broker in request.live_brokers
         }
         topics, deleted = _apply_partition_states(old.topics, request.partition_states)
+        names_by_id = old.names_by_id
+        if topics is not old.topics:
+            names_by_id = MappingProxyType(
+                {t.topic_id: t.name for t in topics.values() if t.topic_id != ZERO_UUID}
+            )
         self._snapshot = MetadataSnapshot(
             controller_id=request.controller_id if request.controller_id >= 0 else NO_CONTROLLER,
             controller_epoch=request.controller_epoch,
             brokers=MappingProxyType(brokers),
             topics=topics,
+            names_by_id=names_by_id,
         )
         return deleted
 

@@ -111,10 +111,21 @@ def broker_name(broker_id: int) -> str:
 def free_port() -> int:
     """A port nothing listens on now. (Another process could take it before the child binds it;
     on a test machine's loopback that race is rare, and a child that loses it exits 1.)"""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((LOCALHOST, 0))
-        port: int = probe.getsockname()[1]
-        return port
+    [port] = free_ports(1)
+    return port
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct ports nothing listens on now: every probe stays bound until all are
+    chosen, so the kernel cannot hand the same port out twice (the race with other processes
+    is free_port's)."""
+    with contextlib.ExitStack() as probes:
+        ports = []
+        for _ in range(count):
+            probe = probes.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            probe.bind((LOCALHOST, 0))
+            ports.append(int(probe.getsockname()[1]))
+        return ports
 
 
 def toml_text(properties: Mapping[str, Value]) -> str:
@@ -193,13 +204,19 @@ class Child:
 class ProcessCluster:
     """A controller and `brokers` brokers as child processes, in `ketch up`'s layout under root:
     cluster.secret, controller/, broker-<id>/, logs/<node>.log, plus ketch.toml (every node's
-    config file, `properties`)."""
+    config file, `properties`).
+
+    Every node gets free ports on 127.0.0.1, chosen once: a restarted broker binds the same
+    ones. With `kafka`, each broker also serves the Kafka wire protocol (`--kafka-listen`) at
+    `kafka_addresses[id]`; `kafka_bootstrap()` is the bootstrap list a Kafka client takes."""
 
     root: Path
     brokers: int = 3
     properties: Mapping[str, Value] = field(default_factory=dict)
+    kafka: bool = False
     children: dict[str, Child] = field(init=False, default_factory=dict)
     addresses: dict[int, Address] = field(init=False, default_factory=dict)
+    kafka_addresses: dict[int, Address] = field(init=False, default_factory=dict)
     controller_address: Address = field(init=False)
 
     def __post_init__(self) -> None:
@@ -209,7 +226,9 @@ class ProcessCluster:
         secret.chmod(0o600)
         config = self.root / "ketch.toml"
         config.write_text(toml_text(self.properties))
-        self.controller_address = Address(LOCALHOST, free_port())
+        per_broker = 2 if self.kafka else 1
+        ports = iter(free_ports(1 + per_broker * self.brokers))
+        self.controller_address = Address(LOCALHOST, next(ports))
         common = ["--config", str(config), "--secret-file", str(secret)]
         self.children[CONTROLLER] = Child(
             CONTROLLER,
@@ -222,8 +241,12 @@ class ProcessCluster:
             self.log_path(CONTROLLER),
         )  # fmt: skip
         for broker_id in range(self.brokers):
-            address = Address(LOCALHOST, free_port())
+            address = Address(LOCALHOST, next(ports))
             self.addresses[broker_id] = address
+            kafka: list[str] = []
+            if self.kafka:
+                self.kafka_addresses[broker_id] = Address(LOCALHOST, next(ports))
+                kafka = ["--kafka-listen", str(self.kafka_addresses[broker_id])]
             self.children[broker_name(broker_id)] = Child(
                 broker_name(broker_id),
                 [
@@ -231,11 +254,19 @@ class ProcessCluster:
                     "--id", str(broker_id),
                     "--data-dir", str(self.broker_dir(broker_id)),
                     "--listen", str(address),
+                    *kafka,
                     "--controller", str(self.controller_address),
                     *common,
                 ],
                 self.log_path(broker_name(broker_id)),
             )  # fmt: skip
+
+    def kafka_bootstrap(self, broker_ids: Sequence[int] | None = None) -> str:
+        """`host:port,...` of the brokers' Kafka listeners (all by default), the form Kafka
+        clients take as bootstrap servers."""
+        assert self.kafka, "the cluster was built without Kafka listeners (kafka=True)"
+        ids = sorted(self.kafka_addresses) if broker_ids is None else list(broker_ids)
+        return ",".join(str(self.kafka_addresses[b]) for b in ids)
 
     def broker_dir(self, broker_id: int) -> Path:
         return self.root / broker_name(broker_id)
@@ -307,11 +338,12 @@ class ProcessCluster:
 
 @contextlib.asynccontextmanager
 async def running_cluster(
-    root: Path, properties: Mapping[str, Value], *, brokers: int = 3
+    root: Path, properties: Mapping[str, Value], *, brokers: int = 3, kafka: bool = False
 ) -> AsyncIterator[ProcessCluster]:
-    """A started ProcessCluster; every child is killed by PID on the way out whatever happens
-    (a test stops it cleanly first when it wants the clean-stop state)."""
-    cluster = ProcessCluster(root, brokers, properties)
+    """A started ProcessCluster (with Kafka listeners when `kafka`); every child is killed by
+    PID on the way out whatever happens (a test stops it cleanly first when it wants the
+    clean-stop state)."""
+    cluster = ProcessCluster(root, brokers, properties, kafka=kafka)
     try:
         await cluster.start()
         yield cluster

@@ -1,11 +1,16 @@
 """`ketch broker`: one broker process.
 
     ketch broker --id N --data-dir D --listen HOST:PORT --controller HOST:PORT
-                 [--config F] [--secret-file F] [--set KEY=VALUE ...]
+                 [--kafka-listen HOST:PORT] [--config F] [--secret-file F] [--set KEY=VALUE ...]
 
 Configuration (runtime/config.py): Kafka property names from the TOML file `--config`, then the
-flags on top — `--id` is broker.id, `--data-dir` log.dirs, `--listen` the native listener,
-`--controller` controller.address, and each `--set KEY=VALUE` any property. A property name the
+flags on top — `--id` is broker.id, `--data-dir` log.dirs, `--listen` the native listener's entry
+in `listeners`, `--kafka-listen` the kafka listener's entry (the Kafka wire protocol, for Kafka
+clients), `--controller` controller.address, and each `--set KEY=VALUE` any property. The two
+listener flags replace only their own entry: another entry of a `listeners` value from the file
+or `--set` (say, `kafka://0.0.0.0:19092`) stays. Where a listener is reached from outside (a
+container, NAT) `--set advertised.listeners=kafka://HOST:PORT` names the address the broker
+registers instead of the bound one (runtime/broker_config.py). A property name the
 broker does not read is logged as a warning with the nearest known name (a typo would otherwise
 leave a default in force silently); it is not an error, because one file may configure the
 controller and the brokers alike (`ketch up --config`), as Kafka warns and goes on.
@@ -37,12 +42,21 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
 
-from runtime.broker_config import BrokerConfig, known_properties, property_defaults
+from runtime.broker_config import (
+    KAFKA_LISTENER,
+    LISTENERS_KEY,
+    NATIVE_LISTENER,
+    BrokerConfig,
+    format_listeners,
+    known_properties,
+    parse_listeners,
+    property_defaults,
+)
 from runtime.clock import SystemClock
-from runtime.config import ConfigError, EffectiveConfig, resolve
+from runtime.config import ConfigError, EffectiveConfig, Setting, Source, resolve
 from runtime.net.tcp import TcpTransport
+from runtime.net.transport import Address
 from runtime.node import BrokerNode
 from runtime.process import (
     add_node_arguments,
@@ -53,11 +67,17 @@ from runtime.process import (
     serve,
 )
 
-__all__ = ["BrokerSettings", "build_parser", "main", "read_secret", "settings_from_args"]
+__all__ = [
+    "NATIVE_LISTENER",
+    "BrokerSettings",
+    "build_parser",
+    "main",
+    "read_secret",
+    "settings_from_args",
+    "with_listener_flags",
+]
 
 log = logging.getLogger("ketch.broker")
-
-NATIVE_LISTENER: Final = "native"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--data-dir", type=Path, required=True, help="this broker's log dir")
     parser.add_argument("--listen", required=True, metavar="HOST:PORT", help="native listener")
     parser.add_argument("--controller", required=True, metavar="HOST:PORT")
+    parser.add_argument(
+        "--kafka-listen", metavar="HOST:PORT", help="Kafka-protocol listener (default: none)"
+    )
     add_node_arguments(parser)
     return parser
 
@@ -82,17 +105,19 @@ def build_parser() -> argparse.ArgumentParser:
 def settings_from_args(args: argparse.Namespace) -> BrokerSettings:
     """The broker's configuration and credential; raises ConfigError for anything unusable."""
     listen = parse_address(args.listen)
+    kafka_listen = None if args.kafka_listen is None else parse_address(args.kafka_listen)
     controller = parse_address(args.controller)
     flags = overrides(args)
     flags.update(
         {
             "broker.id": args.id,
             "log.dirs": str(args.data_dir),
-            "listeners": f"{NATIVE_LISTENER}://{listen}",
             "controller.address": str(controller),
         }
     )
-    effective = resolve(defaults=property_defaults(), file=args.config, flags=flags)
+    effective = with_listener_flags(
+        resolve(defaults=property_defaults(), file=args.config, flags=flags), listen, kafka_listen
+    )
     unknown = tuple(effective.unknown(known_properties()))
     try:
         config = BrokerConfig.from_properties(effective.explicit())
@@ -100,6 +125,27 @@ def settings_from_args(args: argparse.Namespace) -> BrokerSettings:
         raise ConfigError(str(exc)) from None
     secret_file, secret = read_secret(args.secret_file, args.data_dir)
     return BrokerSettings(config, effective, secret, secret_file, unknown)
+
+
+def with_listener_flags(
+    effective: EffectiveConfig, listen: Address, kafka_listen: Address | None
+) -> EffectiveConfig:
+    """`listeners` with the native entry from `--listen` and the kafka entry from
+    `--kafka-listen` (when given) over the file's or `--set`'s value, whose other entries stay."""
+    if effective.source(LISTENERS_KEY) in (Source.FILE, Source.FLAG):
+        try:
+            listeners = parse_listeners(str(effective.settings[LISTENERS_KEY].value))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    else:
+        listeners = {}  # the default names only the native listener, which --listen sets
+    listeners.pop(NATIVE_LISTENER, None)
+    merged = {NATIVE_LISTENER: listen, **listeners}  # native first: the order a reader expects
+    if kafka_listen is not None:
+        merged[KAFKA_LISTENER] = kafka_listen
+    settings = dict(effective.settings)
+    settings[LISTENERS_KEY] = Setting(LISTENERS_KEY, format_listeners(merged), Source.FLAG)
+    return EffectiveConfig(dict(sorted(settings.items())), effective.file)
 
 
 async def serve_broker(settings: BrokerSettings) -> int:
@@ -112,6 +158,7 @@ async def serve_broker(settings: BrokerSettings) -> int:
     )
 
     def started() -> None:
+        # The node logs the Kafka listener's bound address itself, when it has one.
         log.info(
             "broker %d: native listener %s, controller %s, log dirs %s",
             node.broker_id,

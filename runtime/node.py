@@ -19,6 +19,9 @@ It builds and wires the broker's parts and owns their lifetimes:
     RequestPath             Produce / Fetch / ListOffsets / OffsetForLeaderEpoch
     Server                  the native listener, handlers by API key; control-plane requests
                             are served only on connections that proved the cluster secret
+    Server (kafka)          with a `kafka` entry in `listeners`: the Kafka wire protocol for
+                            Kafka clients, on the same data-plane and admin handlers
+                            (runtime/net/kafka_dialect.py); no control-plane API is reachable
     BrokerMetrics           Prometheus metrics (runtime/metrics.py), always collected in
                             memory; with metrics.port set, request latencies are observed and
                             a MetricsHttpServer serves them on the node's loop
@@ -47,6 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import enum
 import logging
 from collections.abc import Iterator, Mapping
@@ -66,15 +70,17 @@ from actors.replica_manager import (
 )
 from actors.request_path import RequestPath
 from runtime.actor import ActorStatistics
-from runtime.broker_config import BrokerConfig
+from runtime.broker_config import KAFKA_LISTENER, BrokerConfig
 from runtime.broker_lifecycle import BrokerLifecycle, ControllerForwarder
 from runtime.clock import Clock
 from runtime.log.manager import LoadedDir, LogManager
 from runtime.metrics import METRICS_DISABLED, BrokerMetrics, MetricsHttpServer
 from runtime.net.client import Client
+from runtime.net.kafka_dialect import KafkaProtocol
 from runtime.net.server import Handler, RequestContext, Server
 from runtime.net.transport import Address, Transport
 from wire.messages import (
+    CONTROL_PLANE_API_KEYS,
     AlterPartitionRequest,
     AlterPartitionResponse,
     ApiKey,
@@ -228,6 +234,8 @@ class BrokerNode:
             # The topic's override (from the controller's topic configs), else the broker's.
             min_insync_replicas=lambda topic: self.replica_manager.min_insync_replicas(topic),
         )
+        # Latency is the one per-request metric; a node without an endpoint skips it.
+        observer = None if self.metrics_server is None else self.metrics.requests.observe
         self.server = Server(
             transport,
             config.listen_address,
@@ -235,11 +243,20 @@ class BrokerNode:
             clock=clock,
             config=config.server,
             cluster_secret=cluster_secret,
-            # Latency is the one per-request metric; a node without an endpoint skips it.
-            request_observer=(
-                None if self.metrics_server is None else self.metrics.requests.observe
-            ),
+            request_observer=observer,
         )
+        self.kafka_server: Server | None = None
+        if config.kafka_listen_address is not None:
+            kafka = KafkaProtocol(self._kafka_handlers(), _TopicIds(self.replica_manager))
+            self.kafka_server = Server(
+                transport,
+                config.kafka_listen_address,
+                kafka.handlers,
+                clock=clock,
+                config=config.server,
+                request_observer=observer,
+                dialect=kafka.dialect,
+            )
         self._log_task: asyncio.Task[None] | None = None
 
     # -- wiring ---------------------------------------------------------------------------------
@@ -268,13 +285,16 @@ class BrokerNode:
             yield "Partition", actor.statistics()
 
     def _registration_listeners(self) -> list[BrokerRegistrationListener]:
-        """Every configured listener, the served one at its bound address (port 0 resolved)."""
+        """Every configured listener at its advertised address, else at the address it bound
+        (port 0 resolved)."""
+        bound = {self.config.listener_name: self.server.address}
+        if self.kafka_server is not None:
+            bound[KAFKA_LISTENER] = self.kafka_server.address
         listeners = []
         for name, address in sorted(self.config.listeners.items()):
-            if name == self.config.listener_name:
-                address = self.server.address
+            advertised = self.config.advertised(name, bound.get(name, address))
             listeners.append(
-                BrokerRegistrationListener(name=name, host=address.host, port=address.port)
+                BrokerRegistrationListener(name=name, host=advertised.host, port=advertised.port)
             )
         return listeners
 
@@ -293,12 +313,33 @@ class BrokerNode:
             ApiKey.UPDATE_METADATA: self._update_metadata,
         }
 
+    def _kafka_handlers(self) -> dict[int, Handler]:
+        """The Kafka listener's: the data-plane and admin handlers, Metadata from its side."""
+        handlers = {
+            key: handler
+            for key, handler in self._handlers().items()
+            if key not in CONTROL_PLANE_API_KEYS
+        }
+        handlers[ApiKey.METADATA] = self._kafka_metadata
+        return handlers
+
     # -- handlers (the server refuses the control-plane ones on unauthenticated connections) ----
 
     async def _metadata(self, request: MetadataRequest, ctx: RequestContext) -> MetadataResponse:
         return self.replica_manager.metadata.metadata_response(
             request, listener=self.config.listener_name
         )
+
+    async def _kafka_metadata(
+        self, request: MetadataRequest, ctx: RequestContext
+    ) -> MetadataResponse:
+        response = self.replica_manager.metadata.metadata_response(
+            request, listener=KAFKA_LISTENER, cluster_id=self.config.lifecycle.cluster_id or None
+        )
+        # Kafka clients send admin requests to the controller the answer names; ketch's
+        # controller is no broker, and every broker forwards them to it (KIP-590), so the
+        # answering broker names itself, as a KRaft broker names a live broker.
+        return dataclasses.replace(response, controller_id=self.broker_id)
 
     async def _produce(
         self, request: ProduceRequest, ctx: RequestContext
@@ -378,6 +419,8 @@ class BrokerNode:
             await self.alter_partition.start()
             await self.replica_manager.start()
             await self.server.start()
+            if self.kafka_server is not None:
+                await self.kafka_server.start()
             if self.metrics_server is not None:
                 await self.metrics_server.start()
             if self.lifecycle is not None:
@@ -385,7 +428,10 @@ class BrokerNode:
         except BaseException:
             await self._abort()
             raise
-        log.info("broker %d serving at %s", self.broker_id, self.server.address)
+        kafka = (
+            "" if self.kafka_server is None else f", Kafka protocol at {self.kafka_server.address}"
+        )
+        log.info("broker %d serving at %s%s", self.broker_id, self.server.address, kafka)
 
     async def set_broker_epoch(self, broker_epoch: int) -> None:
         """The epoch the controller's registration answered (issue 6); fences older requests."""
@@ -401,7 +447,7 @@ class BrokerNode:
             await self.lifecycle.controlled_shutdown()
             await self.lifecycle.stop()
         await self._stop_metrics_server()
-        await self.server.stop()
+        await self._stop_servers()
         await self.fetchers.shutdown()
         await self.replica_manager.stop()  # partition actors stop; last HW checkpoint
         self.delayed.close()
@@ -425,7 +471,7 @@ class BrokerNode:
         if self.lifecycle is not None:
             await self.lifecycle.stop()
         await self._stop_metrics_server()
-        await self.server.stop()
+        await self._stop_servers()
         await self.fetchers.shutdown()
         await self.replica_manager.abort()
         self.delayed.close()
@@ -433,6 +479,10 @@ class BrokerNode:
         await self._stop_log_task()
         self.log_manager.abandon()
         await self._close_clients()
+
+    async def _stop_servers(self) -> None:
+        servers = [self.server] if self.kafka_server is None else [self.server, self.kafka_server]
+        await asyncio.gather(*(server.stop() for server in servers))
 
     async def _stop_metrics_server(self) -> None:
         if self.metrics_server is not None:
@@ -450,6 +500,19 @@ class BrokerNode:
         await asyncio.gather(
             self._control_client.close(), *(client.close() for client in fetch_clients)
         )
+
+
+class _TopicIds:
+    """The broker's current topic ids, as the Kafka listener resolves them (Fetch v13+)."""
+
+    def __init__(self, replica_manager: ReplicaManager) -> None:
+        self._replica_manager = replica_manager
+
+    def name_of(self, topic_id: bytes) -> str | None:
+        return self._replica_manager.metadata.topic_name(topic_id)
+
+    def id_of(self, name: str) -> bytes:
+        return self._replica_manager.metadata.topic_id(name)
 
 
 class _ControlChannel:

@@ -2,8 +2,11 @@
 
     ketch up [--brokers 3] [--data-dir ./data] [--port 9092] [--kafka-port 19092] [--config F]
 
-Broker i listens on 127.0.0.1:<port+i>, the controller on 127.0.0.1:<port+100>; the data layout
-is runtime/up_layout.py's. Each child is `python -m runtime.cli controller|broker ...` with its
+Broker i listens on 127.0.0.1:<port+i> (the native protocol) and on 127.0.0.1:<kafka-port+i>
+(the Kafka wire protocol, for Kafka clients: `--kafka-listen`), the controller on
+127.0.0.1:<port+100>; `--kafka-port -1` runs the brokers without Kafka listeners. Each node's
+Prometheus endpoint is at port+200+i (the controller's at port+300). The data layout is
+runtime/up_layout.py's. Each child is `python -m runtime.cli controller|broker ...` with its
 stdout and stderr appended to `<data-dir>/logs/<node>.log`, and with `--config F` passed on, so
 one TOML file configures every node. Children run in their own session: a Ctrl-C at the terminal
 reaches only the supervisor, which then stops the nodes in order. Should the supervisor itself be
@@ -91,6 +94,7 @@ EXIT_FAILED: Final = 1
 
 HOST: Final = "127.0.0.1"
 CONTROLLER_PORT_OFFSET: Final = 100
+KAFKA_OFF: Final = -1  # `--kafka-port -1`: no Kafka-protocol listeners
 # Each node's Prometheus endpoint (GET /metrics): broker i at port+200+i, the controller at
 # port+300.
 METRICS_PORT_OFFSET: Final = 200
@@ -135,8 +139,22 @@ class UpOptions:
     brokers: int
     data_dir: Path
     port: int
-    kafka_port: int
+    kafka_port: int  # the base port of the Kafka listeners, or KAFKA_OFF
     config: Path | None
+
+    def bindings(self) -> list[tuple[int, str]]:
+        """Every port the cluster's nodes bind, each with what binds it."""
+        controller_metrics = self.port + METRICS_PORT_OFFSET + CONTROLLER_PORT_OFFSET
+        used = [
+            (self.port + CONTROLLER_PORT_OFFSET, "the controller"),
+            (controller_metrics, "the controller's metrics"),
+        ]
+        for i in range(self.brokers):
+            used.append((self.port + i, f"broker {i}"))
+            used.append((self.port + METRICS_PORT_OFFSET + i, f"broker {i}'s metrics"))
+            if self.kafka_port != KAFKA_OFF:
+                used.append((self.kafka_port + i, f"broker {i}'s Kafka listener"))
+        return used
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +164,7 @@ class ChildSpec:
     address: Address
     argv: tuple[str, ...]
     log_file: Path
+    kafka_address: Address | None = None  # a broker's Kafka-protocol listener, when it has one
 
 
 @dataclass(slots=True)
@@ -195,6 +214,11 @@ def child_specs(options: UpOptions, layout: Layout) -> tuple[ChildSpec, list[Chi
     brokers = []
     for broker_id in range(options.brokers):
         address = Address(HOST, options.port + broker_id)
+        kafka_address = None
+        kafka: tuple[str, ...] = ()
+        if options.kafka_port != KAFKA_OFF:
+            kafka_address = Address(HOST, options.kafka_port + broker_id)
+            kafka = ("--kafka-listen", str(kafka_address))
         argv = (
             *prefix,
             "broker",
@@ -204,6 +228,7 @@ def child_specs(options: UpOptions, layout: Layout) -> tuple[ChildSpec, list[Chi
             str(layout.broker_dir(broker_id)),
             "--listen",
             str(address),
+            *kafka,
             "--controller",
             str(controller_address),
             *common,
@@ -211,7 +236,9 @@ def child_specs(options: UpOptions, layout: Layout) -> tuple[ChildSpec, list[Chi
             f"metrics.port={options.port + METRICS_PORT_OFFSET + broker_id}",
         )
         node = broker_node(broker_id)
-        brokers.append(ChildSpec(node, broker_id, address, argv, layout.log_file(node)))
+        brokers.append(
+            ChildSpec(node, broker_id, address, argv, layout.log_file(node), kafka_address)
+        )
     return controller, brokers
 
 
@@ -449,7 +476,13 @@ class Supervisor:
             self.controller.spec.address.port,
         )
         brokers = [
-            NodeEntry(i, c.pid, c.spec.address.host, c.spec.address.port)
+            NodeEntry(
+                i,
+                c.pid,
+                c.spec.address.host,
+                c.spec.address.port,
+                None if c.spec.kafka_address is None else c.spec.kafka_address.port,
+            )
             for i, c in sorted(self.brokers.items())
         ]
         write_json_atomically(
@@ -458,7 +491,7 @@ class Supervisor:
 
     def _print_status(self) -> None:
         table = Table(title=f"ketch cluster at {self.layout.root}")
-        for column in ("node", "id", "pid", "listener", "state", "data dir", "log"):
+        for column in ("node", "id", "pid", "listener", "kafka", "state", "data dir", "log"):
             table.add_column(column, no_wrap=True)
         rows = [(self.controller, self.controller_id, self.layout.controller_dir)]
         rows += [(c, i, self.layout.broker_dir(i)) for i, c in sorted(self.brokers.items())]
@@ -468,14 +501,17 @@ class Supervisor:
                 str(node_id),
                 str(child.pid or "-"),
                 str(child.spec.address),
+                "-" if child.spec.kafka_address is None else str(child.spec.kafka_address.port),
                 child.state.value,
                 # Relative to the title's directory: short enough for an 80-column terminal.
                 f"{data_dir.relative_to(self.layout.root)}/",
                 str(child.spec.log_file.relative_to(self.layout.root)),
             )
         self.console.print(table)
+        first = self.brokers[min(self.brokers)].spec
+        kafka = "" if first.kafka_address is None else f", Kafka clients {first.kafka_address}"
         self.console.print(
-            f"ready: bootstrap {self.brokers[min(self.brokers)].spec.address}; "
+            f"ready: bootstrap {first.address}{kafka}; "
             f"writing {self.layout.cluster_json}. Ctrl-C stops the cluster."
         )
 
@@ -585,7 +621,7 @@ def add_up_arguments(parser: argparse.ArgumentParser) -> None:
         "--kafka-port",
         type=int,
         default=19092,
-        help="Kafka-protocol listener base port (reserved: no such listener exists yet)",
+        help="broker i's Kafka-protocol listener is on kafka-port+i (default 19092; -1: none)",
     )
     parser.add_argument("--config", type=Path, help="TOML file of Kafka properties for every node")
 
@@ -604,14 +640,32 @@ def options_from_args(args: argparse.Namespace) -> UpOptions | str:
         return f"--brokers must be at least 1, got {args.brokers}"
     if args.brokers > CONTROLLER_PORT_OFFSET:
         return f"--brokers must be at most {CONTROLLER_PORT_OFFSET} (the controller is on port+100)"
-    if args.port <= 0 or args.port + CONTROLLER_PORT_OFFSET > 65_535:
+    # The highest port is the controller's metrics endpoint.
+    if args.port <= 0 or args.port + METRICS_PORT_OFFSET + CONTROLLER_PORT_OFFSET > 65_535:
         return f"--port out of range: {args.port}"
+    if args.kafka_port != KAFKA_OFF and not 0 < args.kafka_port <= 65_536 - args.brokers:
+        return f"--kafka-port out of range: {args.kafka_port} (-1 runs without Kafka listeners)"
     config: Path | None = args.config
     if config is not None:
         if not config.is_file():
             return f"config file not found: {config}"
         config = config.resolve()
-    return UpOptions(args.brokers, args.data_dir.resolve(), args.port, args.kafka_port, config)
+    options = UpOptions(args.brokers, args.data_dir.resolve(), args.port, args.kafka_port, config)
+    return _port_overlap(options) or options
+
+
+def _port_overlap(options: UpOptions) -> str | None:
+    """The usage error when two nodes would bind one port (one of them would exit at start).
+    With at most 100 brokers only a Kafka listener can overlap another node's port."""
+    owners: dict[int, str] = {}
+    for port, owner in options.bindings():
+        if port in owners:
+            return (
+                f"--kafka-port {options.kafka_port} overlaps --port {options.port}: "
+                f"{owners[port]} and {owner} would both bind port {port}"
+            )
+        owners[port] = owner
+    return None
 
 
 def command(args: argparse.Namespace) -> int:

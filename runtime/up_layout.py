@@ -5,7 +5,9 @@
     <data-dir>/broker-<id>/       broker <id>'s log dir
     <data-dir>/logs/<node>.log    each child's stdout and stderr, appended across restarts
     <data-dir>/cluster.json       the running cluster (written once every broker has registered,
-                                  rewritten when a pid changes, removed when `ketch up` ends)
+                                  rewritten when a pid changes, removed when `ketch up` ends);
+                                  a broker's "kafka_port" is its Kafka-protocol listener's port,
+                                  null when `ketch up --kafka-port -1` runs without them
     <data-dir>/up.sock            the supervisor's control socket (runtime/up_control.py)
 
 Only the supervisor process writes these files (and only from its event loop); the children only
@@ -92,12 +94,14 @@ def create_secret(path: Path) -> bool:
 @dataclass(frozen=True, slots=True)
 class NodeEntry:
     """One node of cluster.json; pid None while the node is down (stopped by shutdown-broker or
-    waiting to be restarted)."""
+    waiting to be restarted); kafka_port None for the controller and for a broker without a
+    Kafka-protocol listener."""
 
     node_id: int
     pid: int | None
     host: str
     port: int
+    kafka_port: int | None = None
 
 
 def cluster_document(
@@ -116,7 +120,7 @@ def cluster_document(
                 "pid": b.pid,
                 "host": b.host,
                 "port": b.port,
-                "kafka_port": None,  # no Kafka-protocol listener exists yet
+                "kafka_port": b.kafka_port,
                 "data_dir": str(layout.broker_dir(b.node_id)),
             }
             for b in brokers

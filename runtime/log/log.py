@@ -70,6 +70,7 @@ from wire.records import (
 
 EARLIEST_TIMESTAMP: Final = -2  # ListOffsets sentinels, Kafka's values
 LATEST_TIMESTAMP: Final = -1
+MAX_TIMESTAMP: Final = -3  # KIP-734 (ListOffsets v7)
 
 Records = bytes | bytearray | memoryview
 # baseOffset, batchLength, partitionLeaderEpoch: the first 16 bytes of a batch, as rewritten by
@@ -504,11 +505,14 @@ class Log:
         return self.read(offset, 1, min_one=False).fetch_offset_metadata
 
     def fetch_offset_by_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
-        """ListOffsets: the first record with timestamp >= `timestamp` (or the -2/-1 sentinels)."""
+        """ListOffsets: the first record with timestamp >= `timestamp`, or by sentinel the log
+        start (-2), the log end (-1) or the record with the largest timestamp (-3, KIP-734)."""
         if timestamp == EARLIEST_TIMESTAMP:
             return TimestampAndOffset(NO_TIMESTAMP, self._log_start_offset)
         if timestamp == LATEST_TIMESTAMP:
             return TimestampAndOffset(NO_TIMESTAMP, self._leo)
+        if timestamp == MAX_TIMESTAMP:
+            return self._max_timestamp_and_offset()
         for segment in self._segments:
             if segment.size == 0 or segment.largest_timestamp < timestamp:
                 continue
@@ -516,6 +520,19 @@ class Log:
             if found is not None:
                 return found
         return None
+
+    def _max_timestamp_and_offset(self) -> TimestampAndOffset | None:
+        """The largest timestamp in the log and its offset: the earliest segment holding it,
+        and there (as Kafka's segments track it) the last offset of the batch that carried it."""
+        best: LogSegment | None = None
+        for segment in self._segments:
+            if segment.size and (
+                best is None or segment.max_timestamp_so_far > best.max_timestamp_so_far
+            ):
+                best = segment
+        if best is None:
+            return None
+        return TimestampAndOffset(best.max_timestamp_so_far, best.offset_of_max_timestamp_so_far)
 
     # -- truncation -------------------------------------------------------------------------------
 

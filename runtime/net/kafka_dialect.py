@@ -15,13 +15,15 @@ What a request cannot become:
 
 Kafka connections never authenticate here: no control-plane API is reachable through this
 listener (none is in `wire.kafka.apis.APIS`), and `RequestContext.cluster_member` is False.
-The dialect holds no per-connection state, so one instance serves every connection.
+`KafkaProtocol` holds what the listener's connections share; each connection's `KafkaDialect`
+knows only its peer.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from kio.static.constants import EntityType
@@ -29,7 +31,7 @@ from kio.static.constants import EntityType
 from runtime.net.server import Call, Handler, RequestContext, Server
 from runtime.net.transport import Stream
 from wire.errors import ErrorCode
-from wire.kafka.apis import API_VERSIONS_RANGE, APIS, KafkaApi, error_response, kio_response
+from wire.kafka.apis import API_VERSIONS_RANGE, APIS, KafkaApi, TopicIds, error_response
 from wire.kafka.codec import (
     KafkaFrameError,
     KafkaRequest,
@@ -39,31 +41,42 @@ from wire.kafka.codec import (
     schema,
     unsupported_api_versions,
 )
+from wire.kafka.convert import to_kio
 from wire.messages import ApiKey, ApiVersionsResponse, ApiVersionsResponseKey, Response
 
 _log = logging.getLogger(__name__)
 
 
-class KafkaDialect:
-    """Serves `APIS` with `handlers` (by API key, native requests and responses)."""
+class KafkaProtocol:
+    """What every Kafka connection of one listener shares: the handlers (by API key, native
+    requests and responses), the broker's topic ids, and the APIs served with them."""
 
-    def __init__(self, handlers: Mapping[int, Handler], peer: str = "") -> None:
+    def __init__(self, handlers: Mapping[int, Handler], topics: TopicIds) -> None:
         self.handlers = dict(handlers)
-        self.peer = peer
+        self.topics = topics
         self.apis = {key: api for key, api in APIS.items() if self._servable(api)}
 
     def _servable(self, api: KafkaApi) -> bool:
         return api.native is None or api.key in self.handlers
 
-    def for_connection(self, server: Server, stream: Stream) -> KafkaDialect:
-        """The `DialectFactory` for `Server(dialect=...)`: this stateless dialect, shared."""
-        return self
+    def dialect(self, server: Server, stream: Stream) -> KafkaDialect:
+        """The `DialectFactory` for `Server(dialect=...)`."""
+        return KafkaDialect(self, stream.peer)
+
+
+class KafkaDialect:
+    """One Kafka connection (its only state is who the peer is)."""
+
+    def __init__(self, protocol: KafkaProtocol, peer: str) -> None:
+        self.protocol = protocol
+        self.peer = peer
 
     # -- admitting a frame ------------------------------------------------------------------------
 
     def admit(self, frame: bytes) -> bytes | Call:
+        protocol = self.protocol
         prefix = read_prefix(frame)
-        api = self.apis.get(prefix.api_key)
+        api = protocol.apis.get(prefix.api_key)
         if prefix.api_key == ApiKey.API_VERSIONS and not (api and api.serves(prefix.api_version)):
             return unsupported_api_versions(prefix.correlation_id, *API_VERSIONS_RANGE)
         if api is None or not api.serves(prefix.api_version):
@@ -77,11 +90,12 @@ class KafkaDialect:
         if api.answer is not None:
             return encode_response(request.correlation_id, api.answer(request.body, response_cls))
         try:
-            native = api.native_request(request.body, request.api_version)
+            native, note = api.native_request(request.body, request.api_version, protocol.topics)
         except (TypeError, ValueError) as exc:
             # A value kio accepts but the native message cannot hold (out of its range).
             raise KafkaFrameError(f"API {api.key} v{request.api_version}: {exc}") from None
-        call = Call(self.handlers[api.key], native, self._context(request), response_cls)
+        origin = _Origin(api, response_cls, note)
+        call = Call(protocol.handlers[api.key], native, self._context(request), origin)
         if api.refuse is not None and (code := api.refuse(native)) is not None:
             return self.error(call, code)
         return call
@@ -97,22 +111,35 @@ class KafkaDialect:
         )
 
     def api_versions(self, response_cls: type[Any]) -> Any:
+        apis = sorted(self.protocol.apis.values(), key=lambda api: api.key)
         served = ApiVersionsResponse(
             api_keys=[
                 ApiVersionsResponseKey(api_key=api.key, min_version=api.low, max_version=api.high)
-                for api in sorted(self.apis.values(), key=lambda api: api.key)
+                for api in apis
             ]
         )
-        return kio_response(served, response_cls)
+        return to_kio(served, response_cls)
 
     # -- answering --------------------------------------------------------------------------------
 
     def encode(self, call: Call, response: Response | None) -> bytes:
         if response is None:
             return b""  # Produce with acks=0: Kafka sends nothing back
-        response_cls = call.origin
-        assert isinstance(response_cls, type)
-        return encode_response(call.context.correlation_id, kio_response(response, response_cls))
+        origin = call.origin
+        assert isinstance(origin, _Origin)
+        answer = origin.api.kio_response(
+            response, origin.response_cls, origin.note, self.protocol.topics
+        )
+        return encode_response(call.context.correlation_id, answer)
 
     def error(self, call: Call, code: ErrorCode) -> bytes:
         return self.encode(call, error_response(call.request, code))
+
+
+@dataclass(frozen=True, slots=True)
+class _Origin:
+    """What answering a call needs beyond the native response."""
+
+    api: KafkaApi
+    response_cls: type[Any]
+    note: object  # the API's request hook's note (Fetch by id: the names it fetched under)

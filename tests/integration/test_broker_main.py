@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import struct
 import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -20,7 +21,9 @@ from typing import Final
 
 import pytest
 
-from runtime.broker_main import build_parser, main, settings_from_args
+from bench.failover import ProcessCluster, running_cluster
+from runtime.broker_config import KAFKA_LISTENER, NATIVE_LISTENER
+from runtime.broker_main import BrokerSettings, build_parser, main, settings_from_args
 from runtime.clock import SystemClock
 from runtime.config import Source
 from runtime.log.manager import CLEAN_SHUTDOWN_FILE
@@ -42,6 +45,7 @@ from wire.messages import (
 )
 
 SECRET: Final = b"broker-main-test-secret-0123456789"
+API_VERSIONS: Final = 18  # Kafka's API key
 REPO: Final = Path(__file__).resolve().parents[2]
 EPOCH: Final = 7
 WAIT_S: Final = 30.0
@@ -111,6 +115,26 @@ async def wait_for(condition: Callable[[], bool], what: str) -> None:
         await asyncio.sleep(0.02)
 
 
+async def kafka_api_versions(address: Address, *, correlation_id: int) -> tuple[int, ErrorCode]:
+    """One ApiVersions v0 request in Kafka's framing, by hand: (correlation id, error code) of
+    the answer. Header v1: api_key, api_version, correlation_id, client_id; an empty body."""
+    client_id = b"ketch-test"
+    header = struct.pack(">hhih", API_VERSIONS, 0, correlation_id, len(client_id)) + client_id
+    reader, writer = await asyncio.wait_for(
+        asyncio.open_connection(address.host, address.port), WAIT_S
+    )
+    try:
+        writer.write(struct.pack(">i", len(header)) + header)
+        await writer.drain()
+        (size,) = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), WAIT_S))
+        body = await asyncio.wait_for(reader.readexactly(size), WAIT_S)
+    finally:
+        writer.close()
+        await writer.wait_closed()
+    answered, error = struct.unpack_from(">ih", body)
+    return answered, ErrorCode.from_code(error)
+
+
 def cluster_layout(tmp_path: Path) -> Path:
     """`ketch up`'s layout: <dir>/cluster.secret (mode 600) and <dir>/broker-0/."""
     secret = tmp_path / "cluster.secret"
@@ -140,6 +164,8 @@ async def test_broker_process_registers_serves_and_stops_cleanly_on_sigterm(
             str(data_dir),
             "--listen",
             "127.0.0.1:0",
+            "--kafka-listen",
+            "127.0.0.1:0",
             "--controller",
             str(address),
             "--config",
@@ -156,10 +182,16 @@ async def test_broker_process_registers_serves_and_stops_cleanly_on_sigterm(
         assert fake.heartbeats[:3] == [EPOCH] * 3
         [registration] = fake.registrations
         assert registration.broker_id == 0
-        [listener] = registration.listeners
-        assert listener.name == "native"
+        listeners = {listener.name: listener for listener in registration.listeners}
+        assert set(listeners) == {"native", "kafka"}
+        listener = listeners["native"]
         assert listener.host == "127.0.0.1"
         assert listener.port > 0
+        # The Kafka listener registers where it really bound (port 0 resolved) and speaks Kafka.
+        kafka = Address(listeners["kafka"].host, listeners["kafka"].port)
+        assert kafka.host == "127.0.0.1"
+        assert kafka.port not in (0, listener.port)
+        assert await kafka_api_versions(kafka, correlation_id=41) == (41, ErrorCode.NONE)
 
         client = Client(
             [Address(listener.host, listener.port)], transport=TcpTransport(), clock=SystemClock()
@@ -254,3 +286,113 @@ def test_unknown_property_names_are_reported_not_fatal(tmp_path: Path) -> None:
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--id", "0"]) == 2
     assert "required" in capsys.readouterr().err
+
+
+def settings(tmp_path: Path, *extra: str, config: str | None = None) -> BrokerSettings:
+    """`ketch broker`'s settings for broker 0 in `ketch up`'s layout, with `extra` flags."""
+    data_dir = tmp_path / "broker-0"
+    if not data_dir.exists():
+        data_dir = cluster_layout(tmp_path)
+    argv = ["--id", "0", "--data-dir", str(data_dir), "--controller", "127.0.0.1:1", *extra]
+    if config is not None:
+        (tmp_path / "ketch.toml").write_text(config)
+        argv += ["--config", str(tmp_path / "ketch.toml")]
+    return settings_from_args(build_parser().parse_args(argv))
+
+
+def test_kafka_listen_adds_the_kafka_listener(tmp_path: Path) -> None:
+    config = settings(
+        tmp_path, "--listen", "127.0.0.1:9092", "--kafka-listen", "127.0.0.1:19092"
+    ).config
+    assert config.listen_address == Address("127.0.0.1", 9092)
+    assert config.kafka_listen_address == Address("127.0.0.1", 19092)
+    assert config.advertised_listeners == {}
+    plain = settings(tmp_path, "--listen", "127.0.0.1:9092")
+    assert plain.config.kafka_listen_address is None
+    assert plain.effective.settings["listeners"].value == "native://127.0.0.1:9092"
+    assert plain.effective.source("listeners") is Source.FLAG
+
+
+def test_listener_flags_replace_only_their_own_entry(tmp_path: Path) -> None:
+    file = '"listeners" = "native://10.0.0.1:1,kafka://0.0.0.0:2"\n'
+    file += '"advertised.listeners" = "kafka://kafka.example:2"\n'
+    from_file = settings(tmp_path, "--listen", "127.0.0.1:9092", config=file)
+    # --listen beats the file's native entry; the file's kafka entry stays, advertised.
+    assert dict(from_file.config.listeners) == {
+        NATIVE_LISTENER: Address("127.0.0.1", 9092),
+        KAFKA_LISTENER: Address("0.0.0.0", 2),
+    }
+    assert from_file.config.advertised(KAFKA_LISTENER, Address("0.0.0.0", 2)) == Address(
+        "kafka.example", 2
+    )
+    assert from_file.effective.settings["listeners"].value == (
+        "native://127.0.0.1:9092,kafka://0.0.0.0:2"
+    )
+    # --kafka-listen beats the file's kafka entry, and `--set` beats the file.
+    flagged = settings(
+        tmp_path,
+        "--listen", "127.0.0.1:9092", "--kafka-listen", "127.0.0.1:19092",
+        "--set", "advertised.listeners=native://broker.example:9092",
+        config=file,
+    )  # fmt: skip
+    assert flagged.config.kafka_listen_address == Address("127.0.0.1", 19092)
+    assert flagged.config.advertised_listeners == {NATIVE_LISTENER: Address("broker.example", 9092)}
+    assert flagged.unknown == ()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--kafka-listen", "nowhere"], "not a host:port address"),
+        (["--kafka-listen", "127.0.0.1:9092"], "native and kafka both use port 9092"),
+        (["--kafka-listen", "0.0.0.0:19092"], "kafka binds the wildcard host 0.0.0.0"),
+        (["--set", "advertised.listeners=kafka://h:1"], "kafka is not in listeners"),
+        (["--set", "listeners=native://h:1,native://h:2"], "native named twice"),
+    ],
+)
+def test_bad_listener_flags_are_usage_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    data_dir = cluster_layout(tmp_path)
+    argv = ["--id", "0", "--data-dir", str(data_dir), "--controller", "127.0.0.1:1"]
+    assert main([*argv, "--listen", "127.0.0.1:9092", *extra]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_process_cluster_gives_each_broker_a_kafka_listener(tmp_path: Path) -> None:
+    """bench.failover.ProcessCluster(kafka=True): distinct free ports, and broker command lines
+    `ketch broker` accepts with the Kafka listener at the advertised bootstrap addresses."""
+    cluster = ProcessCluster(tmp_path / "c", 3, {"min.insync.replicas": 2}, kafka=True)
+    ports = [cluster.controller_address.port]
+    ports += [a.port for a in cluster.addresses.values()]
+    ports += [a.port for a in cluster.kafka_addresses.values()]
+    assert len(set(ports)) == len(ports) == 7
+    assert cluster.kafka_bootstrap() == ",".join(
+        f"127.0.0.1:{cluster.kafka_addresses[b].port}" for b in range(3)
+    )
+    assert cluster.kafka_bootstrap([2]) == f"127.0.0.1:{cluster.kafka_addresses[2].port}"
+    for broker_id in range(3):
+        argv = cluster.broker(broker_id).argv
+        assert argv[0] == "broker"
+        config = settings_from_args(build_parser().parse_args(argv[1:])).config
+        assert config.kafka_listen_address == cluster.kafka_addresses[broker_id]
+        assert config.listen_address == cluster.addresses[broker_id]
+    # Without the option (every existing caller) nothing changes.
+    plain = ProcessCluster(tmp_path / "p", 2)
+    assert plain.kafka_addresses == {}
+    assert all("--kafka-listen" not in child.argv for child in plain.children.values())
+    with pytest.raises(AssertionError):
+        plain.kafka_bootstrap()
+
+
+async def test_process_cluster_brokers_serve_kafka_at_their_kafka_addresses(
+    tmp_path: Path,
+) -> None:
+    async with running_cluster(
+        tmp_path, {"broker.heartbeat.interval.ms": 100}, brokers=1, kafka=True
+    ) as cluster:
+        [address] = cluster.kafka_addresses.values()
+        assert cluster.kafka_bootstrap() == str(address)
+        assert await kafka_api_versions(address, correlation_id=7) == (7, ErrorCode.NONE)
+        codes = await cluster.stop()
+        assert codes == {"broker-0": 0, "controller": 0}, cluster.logs()

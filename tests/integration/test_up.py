@@ -1,12 +1,12 @@
 """`ketch up` as a real process tree on 127.0.0.1: the supervisor (`python -m runtime.up`), the
 controller and three brokers (`python -m runtime.cli controller|broker`).
 
-One scenario, in order: ready (cluster.json, every broker registered, the layout and the secret's
-mode); a topic created through a broker; records produced with acks=all and consumed back;
-`shutdown-broker` keeps a broker down (clean-shutdown marker, no restart) while the cluster goes
-on, `start-broker` brings it back; an unknown id exits 2; SIGINT stops everything in order with
-exit 0 and a clean-shutdown marker in every broker dir; with no supervisor the commands exit 1;
-a second `ketch up` on the same data dir serves the topic and every record again.
+One scenario, in order: ready (cluster.json with each broker's Kafka port, every broker registered,
+the layout and the secret's mode); a topic created through a broker; records produced with acks=all
+and consumed back; `shutdown-broker` keeps a broker down (clean-shutdown marker, no restart) while
+the cluster goes on, `start-broker` brings it back; an unknown id exits 2; SIGINT stops everything
+in order with exit 0 and a clean-shutdown marker in every broker dir; with no supervisor the
+commands exit 1; a second `ketch up` on the same data dir serves the topic and every record again.
 
 Short timeouts come from the TOML config passed to every node. Waits are bounded polls of a
 condition on processes that run on the wall clock; in `finally` every process this test saw is
@@ -32,6 +32,7 @@ from typing import Any, Final
 
 import pytest
 
+from runtime.broker_main import build_parser, settings_from_args
 from runtime.cli_cluster_admin import control_broker
 from runtime.clock import SystemClock
 from runtime.log.manager import CLEAN_SHUTDOWN_FILE
@@ -42,7 +43,15 @@ from runtime.net.consumer import Consumer
 from runtime.net.producer import Producer
 from runtime.net.tcp import TcpTransport
 from runtime.net.transport import Address
-from runtime.up import CONTROLLER_PORT_OFFSET, Child, ChildSpec, ChildState
+from runtime.up import (
+    CONTROLLER_PORT_OFFSET,
+    KAFKA_OFF,
+    Child,
+    ChildSpec,
+    ChildState,
+    UpOptions,
+    child_specs,
+)
 from runtime.up import main as up_main
 from runtime.up_control import (
     SHUTDOWN_BROKER,
@@ -52,7 +61,8 @@ from runtime.up_control import (
     decode_reply,
     decode_request,
 )
-from runtime.up_layout import Layout
+from runtime.up_layout import Layout, NodeEntry, cluster_document
+from tests.integration.test_broker_main import kafka_api_versions
 from wire.errors import ErrorCode
 from wire.messages import (
     CreatableTopic,
@@ -66,6 +76,9 @@ REPO: Final = Path(__file__).resolve().parents[2]
 BROKERS: Final = 3
 TOPIC: Final = "up-events"
 WAIT_S: Final = 30.0
+KAFKA_OFFSET: Final = (
+    400  # the test's --kafka-port is --port + 400 (clear of metrics at +200..+300)
+)
 CONFIG: Final = """\
 "broker.heartbeat.interval.ms" = 100
 "broker.session.timeout.ms" = 600
@@ -74,15 +87,21 @@ CONFIG: Final = """\
 
 
 def free_base_port() -> int:
-    """A base port with port+0..BROKERS-1 and port+100 free right now (a later bind can still
-    race another process; the range is random to make that unlikely)."""
+    """A base port with port+0..BROKERS-1, port+100 and the Kafka listeners' port+400..+402
+    free right now (a later bind can still race another process; the range is random to make
+    that unlikely)."""
     seed = time.time_ns()
     rng = random.Random(seed)
     for _ in range(200):
         base = rng.randrange(20_000, 60_000)
         sockets = []
+        kafka = base + KAFKA_OFFSET
         try:
-            for port in (*range(base, base + BROKERS), base + CONTROLLER_PORT_OFFSET):
+            for port in (
+                *range(base, base + BROKERS),
+                base + CONTROLLER_PORT_OFFSET,
+                *range(kafka, kafka + BROKERS),
+            ):
                 sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
                 sockets.append(sock)
                 sock.bind(("127.0.0.1", port))
@@ -124,7 +143,7 @@ class Cluster:
                 [
                     sys.executable, "-m", "runtime.up", "--brokers", str(BROKERS),
                     "--data-dir", str(self.data_dir), "--port", str(self.port),
-                    "--config", str(self.config),
+                    "--kafka-port", str(self.port + KAFKA_OFFSET), "--config", str(self.config),
                 ],
                 cwd=REPO,
                 stdin=subprocess.DEVNULL,
@@ -234,7 +253,7 @@ def test_up_serves_stops_one_broker_and_recovers_after_restart(cluster: Cluster)
     assert [b["id"] for b in document["brokers"]] == list(range(BROKERS))
     for broker in document["brokers"]:
         assert broker["port"] == cluster.port + broker["id"]
-        assert broker["kafka_port"] is None
+        assert broker["kafka_port"] == cluster.port + KAFKA_OFFSET + broker["id"]
         assert broker["pid"] is not None
         assert broker["data_dir"] == str(data_dir / f"broker-{broker['id']}")
     assert stat.S_IMODE((data_dir / "cluster.secret").stat().st_mode) == 0o600
@@ -242,6 +261,10 @@ def test_up_serves_stops_one_broker_and_recovers_after_restart(cluster: Cluster)
     for node in ("controller", *(f"broker-{i}" for i in range(BROKERS))):
         assert (data_dir / "logs" / f"{node}.log").exists(), node
     assert "ready" in cluster.log()
+    assert f"Kafka clients 127.0.0.1:{cluster.port + KAFKA_OFFSET}" in cluster.log()
+    for broker in document["brokers"]:  # each broker speaks Kafka on its kafka_port
+        kafka = Address("127.0.0.1", broker["kafka_port"])
+        assert asyncio.run(kafka_api_versions(kafka, correlation_id=3)) == (3, ErrorCode.NONE)
     # A second supervisor for the same data dir refuses to start.
     second_up = [
         "--data-dir", str(data_dir), "--port", str(cluster.port), "--config", str(cluster.config),
@@ -311,6 +334,22 @@ def test_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert "config file not found" in capsys.readouterr().err
     assert up_main(["--port", "65500", "--data-dir", str(tmp_path)]) == 2
     assert "--port out of range" in capsys.readouterr().err
+    assert up_main(["--port", "65300", "--data-dir", str(tmp_path)]) == 2  # metrics at +300
+    assert "--port out of range" in capsys.readouterr().err
+    assert up_main(["--kafka-port", "0", "--data-dir", str(tmp_path)]) == 2
+    assert "--kafka-port out of range: 0 (-1 runs without Kafka listeners)" in (
+        capsys.readouterr().err
+    )
+    assert up_main(["--kafka-port", "65535", "--data-dir", str(tmp_path)]) == 2  # 3 brokers
+    assert "--kafka-port out of range" in capsys.readouterr().err
+    assert up_main(["--kafka-port", "9094", "--data-dir", str(tmp_path)]) == 2
+    assert "broker 0's Kafka listener and broker 2 would both bind port 9094" in (
+        capsys.readouterr().err
+    )
+    assert up_main(["--kafka-port", "9390", "--data-dir", str(tmp_path)]) == 2
+    assert "the controller's metrics and broker 2's Kafka listener would both bind port 9392" in (
+        capsys.readouterr().err
+    )
     assert not (tmp_path / "cluster.secret").exists()  # nothing was created
 
 
@@ -376,3 +415,52 @@ def test_a_child_rejects_an_illegal_state_change() -> None:
     with pytest.raises(AssertionError):
         child.move(ChildState.STOPPING)  # a stop during the backoff goes straight to DOWN
     child.move(ChildState.DOWN)
+
+
+def broker_options(kafka_port: int) -> UpOptions:
+    return UpOptions(BROKERS, Path("/d"), 9092, kafka_port, None)
+
+
+def test_brokers_get_kafka_listeners_at_kafka_port_plus_id() -> None:
+    layout = Layout(Path("/d"))
+    _, brokers = child_specs(broker_options(19092), layout)
+    for broker_id, spec in enumerate(brokers):
+        assert spec.kafka_address == Address("127.0.0.1", 19092 + broker_id)
+        flag = spec.argv.index("--kafka-listen")
+        assert spec.argv[flag + 1] == f"127.0.0.1:{19092 + broker_id}"
+        assert spec.argv[spec.argv.index("--listen") + 1] == f"127.0.0.1:{9092 + broker_id}"
+    controller, brokers = child_specs(broker_options(KAFKA_OFF), layout)
+    assert "--kafka-listen" not in controller.argv
+    for spec in brokers:
+        assert spec.kafka_address is None
+        assert "--kafka-listen" not in spec.argv
+
+
+def test_broker_command_lines_parse_with_the_broker_parser(tmp_path: Path) -> None:
+    """What `ketch up` runs is what `ketch broker` accepts: the Kafka listener included."""
+    layout = Layout(tmp_path)
+    layout.prepare(range(BROKERS))
+    _, brokers = child_specs(broker_options(19092), layout)
+    for broker_id, spec in enumerate(brokers):
+        argv = spec.argv[spec.argv.index("broker") + 1 :]
+        config = settings_from_args(build_parser().parse_args(argv)).config
+        assert config.kafka_listen_address == Address("127.0.0.1", 19092 + broker_id)
+        assert config.listen_address == Address("127.0.0.1", 9092 + broker_id)
+
+
+def test_cluster_json_names_each_brokers_kafka_port() -> None:
+    layout = Layout(Path("/d"))
+    controller = NodeEntry(3, 100, "127.0.0.1", 9192)
+    brokers = [NodeEntry(0, 101, "127.0.0.1", 9092, 19092), NodeEntry(1, None, "127.0.0.1", 9093)]
+    document = cluster_document(controller, brokers, layout)
+    assert document["controller"] == {"id": 3, "pid": 100, "host": "127.0.0.1", "port": 9192}
+    assert document["brokers"] == [
+        {
+            "id": 0, "pid": 101, "host": "127.0.0.1", "port": 9092, "kafka_port": 19092,
+            "data_dir": "/d/broker-0",
+        },
+        {
+            "id": 1, "pid": None, "host": "127.0.0.1", "port": 9093, "kafka_port": None,
+            "data_dir": "/d/broker-1",
+        },
+    ]  # fmt: skip

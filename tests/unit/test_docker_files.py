@@ -39,7 +39,9 @@ import pytest
 from ruamel.yaml import YAML
 
 from runtime import broker_main, controller_main
+from runtime.broker_config import KAFKA_LISTENER
 from runtime.metrics import METRICS_PORT_KEY
+from runtime.net.transport import Address
 from runtime.process import read_secret
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -211,6 +213,14 @@ def option(argv: Sequence[str], name: str) -> str:
     return argv[argv.index(name) + 1]
 
 
+def set_options(argv: Sequence[str]) -> dict[str, str]:
+    """The `--set KEY=VALUE` pairs of a node's command line (each key once)."""
+    pairs = [argv[i + 1].partition("=") for i, arg in enumerate(argv) if arg == "--set"]
+    keys = [key for key, _, _ in pairs]
+    assert len(keys) == len(set(keys)), f"a --set key repeats in {argv}"
+    return {key: value for key, _, value in pairs}
+
+
 def volume_mounts(service: Mapping[str, Any]) -> dict[str, tuple[str, bool]]:
     """target -> (named volume, read-only), from the short `volume:target[:ro]` syntax."""
     mounts = {}
@@ -349,14 +359,20 @@ def test_build_stage_copies_every_package_and_nothing_ignored(
 def test_exposed_ports_are_the_ports_compose_listens_on(
     dockerfile: dict[str, Stage], compose: dict[str, Any]
 ) -> None:
+    """EXPOSE documents the image's ports: every native listener's and metrics endpoint's, and
+    nothing else but the Kafka listener's (documenting it there is optional: a published port
+    works without EXPOSE)."""
     exposed = effective(dockerfile, "runtime", "EXPOSE")
     assert exposed is not None
     ports = set()
+    kafka_ports = set()
     for name in NODES:
         command = compose["services"][name]["command"]
         ports.add(option(command, "--listen").rpartition(":")[2])
-        ports.add(option(command, "--set").removeprefix(f"{METRICS_PORT_KEY}="))
-    assert ports == set(exposed.value.split())
+        ports.add(str(set_options(command)[METRICS_PORT_KEY]))
+        if "--kafka-listen" in command:
+            kafka_ports.add(option(command, "--kafka-listen").rpartition(":")[2])
+    assert ports <= set(exposed.value.split()) <= ports | kafka_ports
 
 
 # -- the health check ------------------------------------------------------------------------
@@ -492,13 +508,43 @@ def test_node_commands_parse_and_resolve(compose: dict[str, Any], tmp_path: Path
         args.data_dir, args.secret_file = tmp_path / name, secret_file
         settings = broker_main.settings_from_args(args)
         config = settings.config
-        # The address the broker binds is the one it registers: it must be its service name.
-        assert str(config.listeners[broker_main.NATIVE_LISTENER]) == f"{name}:9092"
+        # The native listener advertises where it binds: it must be its service name.
+        native = config.listeners[broker_main.NATIVE_LISTENER]
+        assert str(native) == f"{name}:9092"
+        assert config.advertised(broker_main.NATIVE_LISTENER, native) == native
         assert str(config.controller_address) == controller_listen == "controller:9093"
         assert config.metrics_port == METRICS_PORT
         assert settings.unknown == ()
         ids.append(config.broker_id)
     assert ids == [0, 1, 2]
+
+
+def test_kafka_listeners_are_published_where_they_are_advertised(
+    compose: dict[str, Any], tmp_path: Path
+) -> None:
+    """Broker i's Kafka listener binds every container interface on 19092, the host publishes
+    it on its loopback at 19092 + i, and the broker advertises that very address, so a Kafka
+    client on the host can follow the metadata to every broker; the addresses are distinct."""
+    secret_file = make_secret(compose, tmp_path / "secret")
+    advertised = []
+    for broker_id, name in enumerate(BROKERS):
+        service = compose["services"][name]
+        args = parse(broker_main.build_parser(), service["command"][1:])
+        args.data_dir, args.secret_file = tmp_path / name, secret_file
+        config = broker_main.settings_from_args(args).config
+        bound = config.kafka_listen_address
+        assert bound == Address("0.0.0.0", 19092), name
+        address = config.advertised(KAFKA_LISTENER, bound)
+        assert address == Address("localhost", 19092 + broker_id), name
+        [published] = service["ports"]
+        host_ip, host_port, container_port = published.split(":")
+        assert (host_ip, int(host_port), int(container_port)) == (
+            "127.0.0.1", address.port, bound.port,
+        ), name  # fmt: skip
+        advertised.append(address)
+    assert len(set(advertised)) == len(BROKERS)
+    for name in ("controller", SECRET_SERVICE, "cli"):
+        assert "ports" not in compose["services"][name], f"{name} publishes nothing"
 
 
 def test_controller_command_parses_and_resolves(compose: dict[str, Any], tmp_path: Path) -> None:

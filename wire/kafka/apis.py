@@ -6,6 +6,10 @@ and the few places where Kafka's semantics need more than the field-by-field con
 `wire.kafka.convert`:
 
 - Metadata v0 asks for every topic with an empty list (v1+ with null).
+- Fetch v13+ names topics by topic id (the native Fetch by name): ids are resolved through the
+  broker's metadata (`TopicIds`) on the way in and back on the way out; an id the broker does not
+  know is answered UNKNOWN_TOPIC_ID for its partitions, as Kafka does. v15+ moves the replica id
+  into a tagged `replica_state`.
 - Fetch and ListOffsets from a Kafka client must be a consumer's: a `replica_id` of a broker would
   move a follower's state, which only the native listener's cluster members may do. Such
   requests are refused per partition (Kafka answers them the same way to an unauthorised
@@ -20,12 +24,13 @@ own topics and partitions, each with the error code (`error_response`).
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from wire.errors import ErrorCode
-from wire.kafka.convert import to_kio, to_native
+from wire.kafka.convert import element_class, to_kio, to_native
 from wire.messages import (
     ApiKey,
     CreatableTopicResult,
@@ -36,9 +41,11 @@ from wire.messages import (
     DeleteTopicsResponse,
     EpochEndOffset,
     FetchableTopicResponse,
+    FetchPartition,
     FetchRequest,
     FetchResponse,
     FetchResponsePartition,
+    FetchTopic,
     ListOffsetsPartitionResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
@@ -60,6 +67,21 @@ from wire.messages import (
 CONSUMER_REPLICA_ID: Final = -1
 
 
+class TopicIds(Protocol):
+    """The broker's topic names and ids (its metadata), for the APIs that name topics by id."""
+
+    def name_of(self, topic_id: bytes) -> str | None: ...
+
+    def id_of(self, name: str) -> bytes: ...
+
+
+RequestHook = Callable[[Any, int, TopicIds], tuple[Request, object]]
+"""(kio body, version, topics) -> (native request, what the response hook needs to know)."""
+
+ResponseHook = Callable[[Response, type[Any], object, TopicIds], Any]
+"""(native response, kio response class, the request hook's note, topics) -> kio response."""
+
+
 @dataclass(frozen=True, slots=True)
 class KafkaApi:
     """One served API. `native` is None for an API answered without a handler (`answer`)."""
@@ -68,8 +90,9 @@ class KafkaApi:
     low: int
     high: int
     native: type[Request] | None = None
-    # Adjusts the converted request to Kafka's meaning of a version (Metadata v0).
-    adapt: Callable[[Request, int], Request] | None = None
+    # Conversions with more to them than field by field (Metadata v0, Fetch by topic id).
+    request_hook: RequestHook | None = None
+    response_hook: ResponseHook | None = None
     # An error to answer instead of serving the request (a replica id on a consumer API).
     refuse: Callable[[Request], ErrorCode | None] | None = None
     # kio request body -> kio response body, for APIs without a handler.
@@ -78,25 +101,81 @@ class KafkaApi:
     def serves(self, version: int) -> bool:
         return self.low <= version <= self.high
 
-    def native_request(self, body: Any, version: int) -> Request:
+    def native_request(self, body: Any, version: int, topics: TopicIds) -> tuple[Request, object]:
+        if self.request_hook is not None:
+            return self.request_hook(body, version, topics)
         assert self.native is not None
-        request = to_native(body, self.native)
-        return request if self.adapt is None else self.adapt(request, version)
+        return to_native(body, self.native), None
 
-
-def kio_response(response: Response, response_cls: type[Any]) -> Any:
-    """A native response as kio's response entity of the request's version."""
-    return to_kio(response, response_cls)
+    def kio_response(
+        self, response: Response, response_cls: type[Any], note: object, topics: TopicIds
+    ) -> Any:
+        """A native response as kio's response entity of the request's version."""
+        if self.response_hook is not None:
+            return self.response_hook(response, response_cls, note, topics)
+        return to_kio(response, response_cls)
 
 
 # -- per-API meaning -------------------------------------------------------------------------------
 
 
-def _metadata_v0_all_topics(request: Request, version: int) -> Request:
-    assert isinstance(request, MetadataRequest)
+def _metadata_request(body: Any, version: int, topics: TopicIds) -> tuple[Request, object]:
+    request = to_native(body, MetadataRequest)
     if version == 0 and not request.topics:
-        return MetadataRequest(topics=None)
-    return request
+        return MetadataRequest(topics=None), None
+    return request, None
+
+
+FETCH_BY_TOPIC_ID: Final = 13
+FETCH_REPLICA_STATE: Final = 15
+# The name an unknown topic id is fetched under: not a legal topic name ('/' is refused), so the
+# native fetch answers UNKNOWN_TOPIC_OR_PARTITION for it, and the answer maps it back to the id.
+_UNKNOWN_ID_PREFIX: Final = "unknown-topic-id/"
+
+
+def _fetch_request(body: Any, version: int, topics: TopicIds) -> tuple[Request, object]:
+    if version < FETCH_BY_TOPIC_ID:
+        return to_native(body, FetchRequest), None
+    ids: dict[str, bytes] = {}  # the name each requested id was fetched under -> that id
+    native_topics = []
+    for topic in body.topics:
+        topic_id = topic.topic_id.bytes
+        name = topics.name_of(topic_id) or _UNKNOWN_ID_PREFIX + topic_id.hex()
+        ids[name] = topic_id
+        partitions = [to_native(p, FetchPartition) for p in topic.partitions]
+        native_topics.append(FetchTopic(topic=name, partitions=partitions))
+    given: dict[str, Any] = {"topics": native_topics}
+    if version >= FETCH_REPLICA_STATE:
+        given["replica_id"] = body.replica_state.replica_id
+    return to_native(body, FetchRequest, **given), ids
+
+
+def _fetch_response(
+    response: Response, response_cls: type[Any], note: object, topics: TopicIds
+) -> Any:
+    if note is None:
+        return to_kio(response, response_cls)
+    assert isinstance(response, FetchResponse)
+    assert isinstance(note, dict)
+    topic_cls = element_class(response_cls, "responses")
+    partition_cls = element_class(topic_cls, "partitions")
+    answers = []
+    for topic in response.responses:
+        topic_id = note.get(topic.topic) or topics.id_of(topic.topic)
+        partitions = topic.partitions
+        if topic.topic.startswith(_UNKNOWN_ID_PREFIX):
+            partitions = [_with_code(p, ErrorCode.UNKNOWN_TOPIC_ID) for p in partitions]
+        answers.append(
+            topic_cls(
+                topic_id=uuid.UUID(bytes=topic_id),
+                partitions=tuple(to_kio(p, partition_cls) for p in partitions),
+            )
+        )
+    return to_kio(response, response_cls, responses=tuple(answers))
+
+
+def _with_code(partition: FetchResponsePartition, code: ErrorCode) -> FetchResponsePartition:
+    return FetchResponsePartition(partition_index=partition.partition_index, error_code=code)
 
 
 def _consumers_only(request: Request) -> ErrorCode | None:
@@ -153,9 +232,17 @@ APIS: Final[dict[int, KafkaApi]] = {
     api.key: api
     for api in (
         KafkaApi(ApiKey.API_VERSIONS, *API_VERSIONS_RANGE),
-        KafkaApi(ApiKey.METADATA, 0, 12, MetadataRequest, adapt=_metadata_v0_all_topics),
+        KafkaApi(ApiKey.METADATA, 0, 12, MetadataRequest, request_hook=_metadata_request),
         KafkaApi(ApiKey.PRODUCE, 3, 9, ProduceRequest),
-        KafkaApi(ApiKey.FETCH, 4, 12, FetchRequest, refuse=_consumers_only),
+        KafkaApi(
+            ApiKey.FETCH,
+            4,
+            16,
+            FetchRequest,
+            request_hook=_fetch_request,
+            response_hook=_fetch_response,
+            refuse=_consumers_only,
+        ),
         KafkaApi(ApiKey.LIST_OFFSETS, 1, 7, ListOffsetsRequest, refuse=_consumers_only),
         KafkaApi(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 4, OffsetForLeaderEpochRequest),
         KafkaApi(ApiKey.CREATE_TOPICS, 2, 5, CreateTopicsRequest),

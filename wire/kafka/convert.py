@@ -52,22 +52,26 @@ Step = Callable[[Any, dict[str, Any]], None]
 # -- native -> kio ---------------------------------------------------------------------------------
 
 
-def to_kio(value: object, cls: type[T]) -> T:
-    """The kio entity `cls` holding `value`'s fields (a native message or nested struct)."""
-    kwargs: dict[str, Any] = {}
-    for step in _kio_plan(type(value), cls):
-        step(value, kwargs)
+def to_kio(value: object, cls: type[T], **given: Any) -> T:
+    """The kio entity `cls` holding `value`'s fields (a native message or nested struct);
+    `given` fields are taken as they are instead (what a caller converts by other rules)."""
+    kwargs: dict[str, Any] = dict(given)
+    for name, step in _kio_plan(type(value), cls):
+        if name not in given:
+            step(value, kwargs)
     return cls(**kwargs)
 
 
-_kio_plans: dict[tuple[type, type], list[Step]] = {}
+_kio_plans: dict[tuple[type, type], list[tuple[str, Step]]] = {}
 
 
-def _kio_plan(source: type, target: type) -> list[Step]:
+def _kio_plan(source: type, target: type) -> list[tuple[str, Step]]:
     plan = _kio_plans.get((source, target))
     if plan is None:
         names = {f.name for f in dataclasses.fields(source)}
-        plan = [_kio_step(field, names, target) for field in dataclasses.fields(target)]
+        plan = [
+            (field.name, _kio_step(field, names, target)) for field in dataclasses.fields(target)
+        ]
         _kio_plans[(source, target)] = plan
     return plan
 
@@ -184,18 +188,20 @@ _KIO_PRIMITIVES: Final[dict[str, Callable[[Any], Any]]] = {
 # -- kio -> native ---------------------------------------------------------------------------------
 
 
-def to_native(entity: object, cls: type[T]) -> T:
-    """The native message (or nested struct) `cls` holding a kio entity's fields."""
-    kwargs: dict[str, Any] = {}
-    for step in _native_plan(type(entity), cls):
-        step(entity, kwargs)
+def to_native(entity: object, cls: type[T], **given: Any) -> T:
+    """The native message (or nested struct) `cls` holding a kio entity's fields; `given`
+    fields are taken as they are instead."""
+    kwargs: dict[str, Any] = dict(given)
+    for name, step in _native_plan(type(entity), cls):
+        if name not in given:
+            step(entity, kwargs)
     return cls(**kwargs)
 
 
-_native_plans: dict[tuple[type, type], list[Step]] = {}
+_native_plans: dict[tuple[type, type], list[tuple[str, Step]]] = {}
 
 
-def _native_plan(source: type, target: type) -> list[Step]:
+def _native_plan(source: type, target: type) -> list[tuple[str, Step]]:
     plan = _native_plans.get((source, target))
     if plan is None:
         kio_fields = {f.name: f for f in dataclasses.fields(source)}
@@ -204,7 +210,7 @@ def _native_plan(source: type, target: type) -> list[Step]:
         for field in dataclasses.fields(target):
             step = _native_step(field.name, hints[field.name], kio_fields)
             if step is not None:
-                plan.append(step)
+                plan.append((field.name, step))
         _native_plans[(source, target)] = plan
     return plan
 
@@ -273,6 +279,13 @@ _NATIVE_PRIMITIVES: Final[dict[str, Callable[[Any], Any]]] = {
 
 
 # -- kio field shapes ------------------------------------------------------------------------------
+
+
+def element_class(cls: type[Any], name: str) -> type[Any]:
+    """The entity class of field `name` of kio class `cls` (of its elements, for an array)."""
+    inner, _, _ = _shape(cls.__dataclass_fields__[name].type)
+    assert dataclasses.is_dataclass(inner), (cls, name)
+    return typing.cast(type[Any], inner)
 
 
 def _shape(annotation: Any) -> tuple[Any, bool, bool]:

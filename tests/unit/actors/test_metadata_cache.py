@@ -155,6 +155,19 @@ def test_leader_during_delete_removes_partitions_and_returns_them() -> None:
     assert audit.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
+def test_topic_names_by_id_follow_creation_and_deletion() -> None:
+    cache = MetadataCache()
+    cache.update(update([state("orders", 0, 1), state("audit", 0, 0, topic_id=AUDIT_ID)]))
+    before = cache.snapshot
+    assert before.topic_name(ORDERS_ID) == "orders"
+    assert before.topic_name(AUDIT_ID) == "audit"
+    assert before.topic_name(bytes(16)) is None
+    cache.update(update([state("audit", 0, -2)]))
+    assert cache.snapshot.topic_name(AUDIT_ID) is None
+    assert cache.snapshot.topic_name(ORDERS_ID) == "orders"
+    assert before.topic_name(AUDIT_ID) == "audit", "an older snapshot keeps its view"
+
+
 def test_metadata_answers_unknown_topics_and_unavailable_leaders() -> None:
     cache = MetadataCache()
     cache.update(

@@ -310,6 +310,19 @@ def test_fetch_offset_by_timestamp(log_dir: Path, clock: ManualClock) -> None:
     assert log.fetch_offset_by_timestamp(WALL_MS + 99_999) is None
     assert log.fetch_offset_by_timestamp(-2) == TimestampAndOffset(-1, 0)
     assert log.fetch_offset_by_timestamp(-1) == TimestampAndOffset(-1, 90)
+    # -3: the largest timestamp (batch 29's last record) at its batch's last offset.
+    assert log.fetch_offset_by_timestamp(-3) == TimestampAndOffset(WALL_MS + 2920, 89)
+
+
+def test_max_timestamp_is_found_in_an_earlier_segment(log_dir: Path, clock: ManualClock) -> None:
+    log = Log.open(log_dir, SMALL, clock)
+    assert log.fetch_offset_by_timestamp(-3) is None  # an empty log has no records
+    for i in range(30):
+        # Batch 4 carries the largest timestamp; later batches go back in time (CreateTime).
+        stamp = WALL_MS + (10_000 if i == 4 else i)
+        log.append_as_leader(build_batch([(b"k", b"v"), (b"k", b"w")], timestamps=[stamp] * 2), 0)
+    assert len(log.segments) > 1
+    assert log.fetch_offset_by_timestamp(-3) == TimestampAndOffset(WALL_MS + 10_000, 9)
 
 
 @pytest.mark.parametrize("codec", [0, 1, 2, 3, 4])

@@ -20,7 +20,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
 from runtime.clock import ManualClock
-from runtime.net.kafka_dialect import KafkaDialect
+from runtime.net.kafka_dialect import KafkaProtocol
 from runtime.net.memory import MemoryNetwork
 from runtime.net.server import Handler, RequestContext, Server
 from runtime.net.transport import Address, Stream
@@ -140,18 +140,26 @@ class Recorder:
         }
 
 
+class NoTopicIds:
+    def name_of(self, topic_id: bytes) -> str | None:
+        return None
+
+    def id_of(self, name: str) -> bytes:
+        return bytes(16)
+
+
 class Harness:
     def __init__(self) -> None:
         self.recorder = Recorder()
         self.clock = ManualClock()
         self.network = MemoryNetwork(seed=SEED, clock=self.clock)
-        dialect = KafkaDialect(self.recorder.handlers())
+        protocol = KafkaProtocol(self.recorder.handlers(), NoTopicIds())
         self.server = Server(
             self.network.transport("broker"),
             ADDRESS,
-            dialect.handlers,
+            protocol.handlers,
             clock=self.clock,
-            dialect=dialect.for_connection,
+            dialect=protocol.dialect,
         )
         self.clients = 0
 
@@ -197,7 +205,7 @@ async def test_api_versions_lists_what_is_served(version: int) -> None:
         # Only APIs with a handler, plus the two answered by the dialect itself.
         assert ranges == {
             ApiKey.PRODUCE: (3, 9),
-            ApiKey.FETCH: (4, 12),
+            ApiKey.FETCH: (4, 16),
             ApiKey.METADATA: (0, 12),
             ApiKey.FIND_COORDINATOR: (0, 4),
             ApiKey.API_VERSIONS: (0, 3),
