@@ -53,6 +53,7 @@ bench: $(STAMP)
 	$(PY) -m bench.failover
 	$(PY) -m bench.verify
 	$(VENV)/bin/ketch bench latency --duration 30 --json bench-latency.json --plot bench-latency.png
+	$(VENV)/bin/ketch bench latency --protocol kafka --duration 30 --json bench-latency-kafka.json
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -3,6 +3,8 @@
     ketch bench latency [--acks 0|1|all] [--rate N] [--duration S] [--size B] [--json F]
                         [--plot F.png] [--bootstrap HOST:PORT] [--brokers 3]
                         [--loop asyncio|uvloop] [--in-process]
+                        [--protocol native|kafka] [--kafka-client confluent|aiokafka|both]
+                        [--peer-cmd CMD]
     python -m bench.latency ...   (the same)
 
 The cluster: without --bootstrap, a controller and --brokers brokers as child processes
@@ -24,6 +26,17 @@ Scenarios, in order (each: warm-up excluded, then an equal share of --duration):
 * throughput_acks1, throughput_acks_all: 8 producers, 16 KB batches, 3 partitions, flat out
   (MB/s and msgs/s; latency is per record under that load).
 
+With --protocol kafka (bench/latency_kafka_scenarios.py) the brokers also serve the Kafka wire
+protocol (`--kafka-listen`), and every cluster scenario is driven through it by a Kafka client,
+once per client of --kafka-client (default both): `produce_acks1[confluent]`,
+`e2e[aiokafka]`, ...; the floors stay (they are the divisor), and --bootstrap then names Kafka
+listeners. With --peer-cmd (bench/latency_kafka_peer.py: a command template that starts another
+Kafka-compatible broker on `{port}`) each Kafka scenario runs against ketch and then against the
+peer, alternating scenario by scenario so drifting machine load hits both, and the table and the
+JSON (`"peer"`) add the ratios peer/ketch of p50, p99 and throughput. --duration is shared by
+every measured run, the peer's included: each run (a scenario, with one client, against one
+broker) gets an equal share.
+
 With --acks only that produce scenario runs beside floor and e2e. Without --rate the produce
 and e2e scenarios are closed-loop (one in flight); with --rate N they are open-loop at N msgs/s,
 each latency measured from the request's intended send time (coordinated-omission correction,
@@ -33,7 +46,10 @@ everything is divided by.
 Output: a rich progress bar while running (stderr), then a summary table (p50, p90, p99, p99.9,
 max, count, msgs/s, MB/s, p50 as a multiple of the floor's p50). `--json F` writes
 `{"config": {...}, "scenarios": [{"name", "p50_us", "p90_us", "p99_us", "p999_us", "max_us",
-"count", "throughput_msgs_s"[, "throughput_mb_s"]}, ...]}`; `--plot F.png` a latency-by-
+"count", "throughput_msgs_s"[, "throughput_mb_s"]}, ...]}`, with --peer-cmd also `"peer":
+{"command", "bootstrap", "brokers", "replication_factor", "min_insync_replicas", "scenarios":
+[as above], "ratios": [{"name", "p50_ratio", "p99_ratio", "throughput_ratio"}]}` (peer / ketch:
+above 1 the peer is slower, or for throughput faster); `--plot F.png` a latency-by-
 percentile plot and `F.<scenario>.hlog` HdrHistogram logs (values in ns) next to it.
 
 Exit codes: 0 done; 1 the benchmark could not run (cluster did not start, --bootstrap
@@ -62,6 +78,8 @@ EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 LOOPS: Final = ("uvloop", "asyncio")
+PROTOCOLS: Final = ("native", "kafka")
+KAFKA_CLIENTS: Final = ("confluent", "aiokafka")  # bench/latency_kafka_clients.py's CLIENTS
 ACKS_CHOICES: Final = {"0": 0, "1": 1, "all": ACKS_ALL, "-1": ACKS_ALL}
 MAX_WARMUP_S: Final = 1.0
 WARMUP_SHARE: Final = 0.25  # of a scenario's share, capped at MAX_WARMUP_S
@@ -90,6 +108,13 @@ class Plan:
     loop: str
     bootstrap: list[Address] | None
     in_process: bool
+    protocol: str = "native"
+    kafka_clients: tuple[str, ...] = ()  # with protocol kafka: each scenario once per client
+    peer_cmd: str | None = None
+
+    @property
+    def kafka(self) -> bool:
+        return self.protocol == "kafka"
 
     @property
     def produce_acks(self) -> list[int]:
@@ -101,7 +126,11 @@ class Plan:
 
     @property
     def cluster_scenarios(self) -> int:
-        return len(self.produce_acks) + 1 + len(self.throughput_acks)
+        """Measured runs against clusters: each scenario per client, and per target."""
+        scenarios = len(self.produce_acks) + 1 + len(self.throughput_acks)
+        if not self.kafka:
+            return scenarios
+        return scenarios * len(self.kafka_clients) * (2 if self.peer_cmd is not None else 1)
 
     @property
     def share_s(self) -> float:
@@ -134,7 +163,10 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--json", type=Path, help="write the figures and configuration here")
     parser.add_argument("--plot", type=Path, help="write a percentile plot (PNG) and .hlog files")
     parser.add_argument(
-        "--bootstrap", type=_addresses, help="measure this cluster (HOST:PORT[,HOST:PORT...])"
+        "--bootstrap",
+        type=_addresses,
+        help="measure this cluster (HOST:PORT[,HOST:PORT...]; Kafka listeners with --protocol "
+        "kafka)",
     )
     parser.add_argument("--brokers", type=int, default=3, help="brokers of the started cluster")
     parser.add_argument("--loop", choices=LOOPS, default="uvloop", help="the client's event loop")
@@ -142,6 +174,24 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         "--in-process",
         action="store_true",
         help="start the cluster on the client's event loop instead of as child processes",
+    )
+    parser.add_argument(
+        "--protocol",
+        choices=PROTOCOLS,
+        default="native",
+        help="native: ketch's own client; kafka: Kafka clients through the Kafka listener",
+    )
+    parser.add_argument(
+        "--kafka-client",
+        choices=(*KAFKA_CLIENTS, "both"),
+        default="both",
+        help="with --protocol kafka: the client(s) each scenario runs with (default both)",
+    )
+    parser.add_argument(
+        "--peer-cmd",
+        metavar="CMD",
+        help="with --protocol kafka: shell command starting another Kafka-compatible broker on "
+        "{port} (data in {dir}; {native_port}: a free base port); measured alternately, ratios",
     )
     return parser
 
@@ -172,6 +222,17 @@ def _plan(args: argparse.Namespace) -> Plan | str:
         return "--bootstrap and --in-process exclude each other"
     if args.bootstrap is not None and not args.bootstrap:
         return "--bootstrap needs HOST:PORT"
+    kafka = args.protocol == "kafka"
+    if kafka and args.in_process:
+        return "--protocol kafka needs the process cluster or --bootstrap (not --in-process)"
+    if args.peer_cmd is not None:
+        if not kafka:
+            return "--peer-cmd needs --protocol kafka"
+        from bench.latency_kafka_peer import template_problem  # standard library only
+
+        if (problem := template_problem(args.peer_cmd)) is not None:
+            return problem
+    clients = KAFKA_CLIENTS if args.kafka_client == "both" else (args.kafka_client,)
     return Plan(
         acks=None if args.acks is None else ACKS_CHOICES[args.acks],
         rate=args.rate,
@@ -181,6 +242,9 @@ def _plan(args: argparse.Namespace) -> Plan | str:
         loop=args.loop,
         bootstrap=args.bootstrap,
         in_process=args.in_process,
+        protocol=args.protocol,
+        kafka_clients=clients if kafka else (),
+        peer_cmd=args.peer_cmd,
     )
 
 

@@ -7,8 +7,11 @@
 * `in_process_cluster`: bench/cluster.py's BenchCluster (the real controller and brokers, TCP,
   ONE event loop shared with the client), for when the process commands are not available.
 
-Both are async context managers yielding the brokers' addresses. The process cluster is owned
-by the coroutine that entered it (it alone starts, polls and stops the children), so no lock.
+Both are async context managers yielding the brokers' addresses. `kafka_process_cluster` is
+the process cluster with each broker also serving the Kafka wire protocol (`--kafka-listen` on
+another free port); it yields the Kafka listeners' addresses, for `--protocol kafka`. The
+process cluster is owned by the coroutine that entered it (it alone starts, polls and stops the
+children), so no lock.
 """
 
 from __future__ import annotations
@@ -66,13 +69,18 @@ async def in_process_cluster(
         yield cluster.addresses
 
 
-def _free_port() -> int:
-    # Bound and released: another process could take it before the child binds it, a race a
-    # benchmark on a developer machine accepts (a child that cannot bind fails loudly).
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOCALHOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
+def _free_ports(count: int) -> list[int]:
+    """`count` distinct ports free now: every probe stays bound until all are chosen, so the
+    kernel cannot hand one out twice. Released on return: another process could take one before
+    the child binds it, a race a benchmark on a developer machine accepts (a child that cannot
+    bind fails loudly)."""
+    with contextlib.ExitStack() as probes:
+        ports = []
+        for _ in range(count):
+            probe = probes.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            probe.bind((LOCALHOST, 0))
+            ports.append(int(probe.getsockname()[1]))
+        return ports
 
 
 class _Child:
@@ -149,6 +157,25 @@ async def _wait_ready(
 async def process_cluster(
     brokers: int, transport: Transport, min_insync_replicas: int
 ) -> AsyncIterator[list[Address]]:
+    async with _processes(brokers, transport, min_insync_replicas, kafka=False) as (native, _):
+        yield native
+
+
+@contextlib.asynccontextmanager
+async def kafka_process_cluster(
+    brokers: int, transport: Transport, min_insync_replicas: int
+) -> AsyncIterator[list[Address]]:
+    """The brokers' Kafka listeners (the cluster is ready on its native side: every broker
+    registered and running; a Kafka client's first Metadata may still be on its way)."""
+    async with _processes(brokers, transport, min_insync_replicas, kafka=True) as (_, kafka):
+        yield kafka
+
+
+@contextlib.asynccontextmanager
+async def _processes(
+    brokers: int, transport: Transport, min_insync_replicas: int, *, kafka: bool
+) -> AsyncIterator[tuple[list[Address], list[Address]]]:
+    """(native addresses, Kafka addresses: empty unless `kafka`)."""
     with tempfile.TemporaryDirectory(prefix="ketch-bench-latency-") as tmp:
         root = Path(tmp)
         logs = root / "logs"
@@ -156,7 +183,8 @@ async def process_cluster(
         secret_file = root / "cluster.secret"
         secret_file.write_text(secrets.token_hex(32) + "\n")
         secret_file.chmod(0o600)
-        controller_port = _free_port()
+        ports = iter(_free_ports(1 + brokers * (2 if kafka else 1)))
+        controller_port = next(ports)
         children: list[_Child] = []
         try:
             children.append(
@@ -175,9 +203,14 @@ async def process_cluster(
                 )
             )
             addresses: list[Address] = []
+            kafka_addresses: list[Address] = []
             for broker_id in range(brokers):
-                port = _free_port()
+                port = next(ports)
                 addresses.append(Address(LOCALHOST, port))
+                kafka_listen: list[str] = []
+                if kafka:
+                    kafka_addresses.append(Address(LOCALHOST, next(ports)))
+                    kafka_listen = ["--kafka-listen", str(kafka_addresses[-1])]
                 children.append(
                     await _spawn(
                         f"broker-{broker_id}",
@@ -197,12 +230,13 @@ async def process_cluster(
                             f"min.insync.replicas={min_insync_replicas}",
                             "--set",
                             "controlled.shutdown.enable=false",
+                            *kafka_listen,
                         ],
                         logs,
                     )
                 )
             await _wait_ready(children, addresses, transport)
-            yield addresses
+            yield addresses, kafka_addresses
         finally:
             # Brokers first, while the controller they deregister from is still there.
             for child in reversed(children):

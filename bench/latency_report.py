@@ -5,6 +5,10 @@ A `ScenarioResult` holds one scenario's HDR histogram (nanoseconds, 3 significan
 the figures needed for throughput; everything printed or written is derived from it here, so
 the table, the JSON and the plot cannot disagree. Pure functions over finished results: called
 once, after the measuring loop has ended, by the one thread that ran it.
+
+With `--peer-cmd` a `PeerReport` holds the peer broker's results under the same scenario names;
+its ratios are peer / ketch (p50, p99: above 1 the peer is slower; throughput in msgs/s: above 1
+the peer is faster).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any, Final
 from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogWriter
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 HISTOGRAM_MAX_NS: Final = 60 * 1_000_000_000
@@ -74,12 +79,72 @@ class ScenarioResult:
         return out
 
 
-def document(config: Mapping[str, Any], results: Sequence[ScenarioResult]) -> dict[str, Any]:
-    return {"config": dict(config), "scenarios": [r.figures() for r in results]}
+@dataclass(frozen=True, slots=True)
+class PeerReport:
+    """The `--peer-cmd` broker: how it was started and reached, and its results."""
+
+    command: str
+    bootstrap: str
+    brokers: int
+    replication_factor: int
+    min_insync_replicas: int
+    results: Sequence[ScenarioResult]
+
+    def ratios(self, ketch: Sequence[ScenarioResult]) -> list[dict[str, Any]]:
+        """Per scenario both ran: peer / ketch of p50, p99 and msgs/s (None when undefined)."""
+        ours = {r.name: r.figures() for r in ketch}
+        out = []
+        for result in self.results:
+            theirs = result.figures()
+            mine = ours.get(result.name)
+            if mine is None:
+                continue
+            out.append(
+                {
+                    "name": result.name,
+                    "p50_ratio": _quotient(theirs["p50_us"], mine["p50_us"]),
+                    "p99_ratio": _quotient(theirs["p99_us"], mine["p99_us"]),
+                    "throughput_ratio": _quotient(
+                        theirs["throughput_msgs_s"], mine["throughput_msgs_s"]
+                    ),
+                }
+            )
+        return out
+
+    def section(self, ketch: Sequence[ScenarioResult]) -> dict[str, Any]:
+        return {
+            "command": self.command,
+            "bootstrap": self.bootstrap,
+            "brokers": self.brokers,
+            "replication_factor": self.replication_factor,
+            "min_insync_replicas": self.min_insync_replicas,
+            "scenarios": [r.figures() for r in self.results],
+            "ratios": self.ratios(ketch),
+        }
 
 
-def write_json(path: Path, config: Mapping[str, Any], results: Sequence[ScenarioResult]) -> None:
-    path.write_text(json.dumps(document(config, results), indent=2) + "\n")
+def _quotient(numerator: float | None, denominator: float | None) -> float | None:
+    if numerator is None or not denominator:
+        return None
+    return round(numerator / denominator, 3)
+
+
+def document(
+    config: Mapping[str, Any], results: Sequence[ScenarioResult], peer: PeerReport | None = None
+) -> dict[str, Any]:
+    out = {"config": dict(config), "scenarios": [r.figures() for r in results]}
+    if peer is not None:
+        out["peer"] = peer.section(results)
+    return out
+
+
+def write_json(
+    path: Path,
+    config: Mapping[str, Any],
+    results: Sequence[ScenarioResult],
+    peer: PeerReport | None = None,
+) -> None:
+    path.write_text(json.dumps(document(config, results, peer), indent=2) + "\n")
 
 
 def _ratio(value: float | None, floor: float | None) -> str:
@@ -112,7 +177,7 @@ def print_table(
             return "-" if value is None else f"{value:,}"
 
         table.add_row(
-            result.name,
+            escape(result.name),  # `[confluent]` would be read as a style tag
             *(cell(key) for key, _ in PERCENTILES),
             cell("max_us"),
             cell("count"),
@@ -123,7 +188,41 @@ def print_table(
         )
     console.print(table)
     for result in results:
-        console.print(f"  [bold]{result.name}[/bold]: {result.description}")
+        console.print(f"  [bold]{escape(result.name)}[/bold]: {escape(result.description)}")
+
+
+def print_peer_table(console: Console, results: Sequence[ScenarioResult], peer: PeerReport) -> None:
+    """ketch and the peer side by side per scenario, with the ratios peer / ketch."""
+    table = Table(
+        title=f"peer vs ketch (ratio = peer / ketch): {escape(peer.command)}\n"
+        f"peer at {peer.bootstrap}, {peer.brokers} broker(s), RF={peer.replication_factor}"
+    )
+    table.add_column("scenario")
+    for header in ("p50 us", "p99 us", "msgs/s"):
+        table.add_column(f"ketch {header}", justify="right")
+        table.add_column(f"peer {header}", justify="right")
+        table.add_column("ratio", justify="right")
+    ours = {r.name: r.figures() for r in results}
+    ratios = {r["name"]: r for r in peer.ratios(results)}
+    for result in peer.results:
+        theirs = result.figures()
+        mine = ours.get(result.name, {})
+        ratio = ratios.get(result.name, {})
+        cells = []
+        for key, ratio_key in (
+            ("p50_us", "p50_ratio"),
+            ("p99_us", "p99_ratio"),
+            ("throughput_msgs_s", "throughput_ratio"),
+        ):
+            cells += [_cell(mine.get(key)), _cell(theirs.get(key))]
+            value = ratio.get(ratio_key)
+            cells.append("-" if value is None else f"{value:.2f}x")
+        table.add_row(escape(result.name), *cells)
+    console.print(table)
+
+
+def _cell(value: float | None) -> str:
+    return "-" if value is None else f"{value:,}"
 
 
 def _plot_points(histogram: HdrHistogram) -> tuple[list[float], list[float]]:

@@ -2,27 +2,42 @@
 
 One thread, one event loop per phase: `execute` runs the floors on fresh loops, then the
 cluster scenarios on one more; the progress display and the results are only touched from that
-thread, so nothing needs a lock.
+thread, so nothing needs a lock. (With --protocol kafka, confluent-kafka's poller threads only
+post their reports to that loop: bench/latency_kafka_clients.py.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
+import os
 import platform
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from bench.latency import EXIT_FAILED, EXIT_OK, Plan
-from bench.latency_cluster import in_process_cluster, process_cluster, process_commands_available
-from bench.latency_report import ScenarioResult, print_table, write_json, write_plot
+from bench.latency_cluster import (
+    in_process_cluster,
+    kafka_process_cluster,
+    process_cluster,
+    process_commands_available,
+)
+from bench.latency_report import (
+    PeerReport,
+    ScenarioResult,
+    print_peer_table,
+    print_table,
+    write_json,
+    write_plot,
+)
 from bench.latency_scenarios import (
     E2E_FETCH_MAX_WAIT_MS,
     THROUGHPUT_BATCH_BYTES,
@@ -41,12 +56,26 @@ from runtime.net.client import Client
 from runtime.net.tcp import TcpTransport
 from runtime.net.transport import Address
 
+if TYPE_CHECKING:
+    from bench.latency_kafka_scenarios import KafkaBench
+
 FLOOR_REQUESTS_PER_S: Final = 10_000  # floor requests per second of its share (~30 us each)
 FLOOR_MIN_REQUESTS: Final = 500
 FLOOR_WARMUP: Final = 200
 TABLE_WIDTH: Final = 150
 _TICK_S: Final = 0.1
 EXIT_INTERRUPTED: Final = 130  # 128 + SIGINT, as the shell reports a Ctrl-C
+KAFKA_METADATA_TIMEOUT_S: Final = 30.0
+_KAFKA_METADATA_POLL_S: Final = 0.1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Measured:
+    """What the cluster phase produced: ketch's results, facts for the config, the peer's."""
+
+    results: list[ScenarioResult]
+    facts: dict[str, Any]
+    peer: PeerReport | None = None
 
 
 def execute(plan: Plan, *, json_path: Path | None, plot_path: Path | None) -> int:
@@ -63,12 +92,13 @@ def execute(plan: Plan, *, json_path: Path | None, plot_path: Path | None) -> in
         auto_refresh=False,  # refreshed from the loop's ticker: no thread contending for the GIL
         transient=True,
     )
-    config = _config(plan, cluster_kind)
     try:
+        config = _config(plan, cluster_kind)  # with kafka: imports the clients, may fail
         with progress:
             results = _floors(plan, progress)
             with asyncio.Runner(loop_factory=functools.partial(_new_loop, plan.loop)) as runner:
-                cluster_results, facts = runner.run(_measure_cluster(plan, cluster_kind, progress))
+                measure = _measure_kafka if plan.kafka else _measure_cluster
+                measured = runner.run(measure(plan, cluster_kind, progress))
     except KeyboardInterrupt:
         # The Runner cancelled the run; the cluster's exits have stopped its children.
         print("ketch bench latency: interrupted", file=sys.stderr)
@@ -76,15 +106,22 @@ def execute(plan: Plan, *, json_path: Path | None, plot_path: Path | None) -> in
     except Exception as exc:  # the benchmark could not run: say why, no traceback
         print(f"ketch bench latency: failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    config.update(facts)
-    results += cluster_results
+    config.update(measured.facts)
+    results += measured.results
     print_table(console, config, results)
+    if measured.peer is not None:
+        print_peer_table(console, results, measured.peer)
     try:
         if json_path is not None:
-            write_json(json_path, config, results)
+            write_json(json_path, config, results, measured.peer)
         if plot_path is not None:
             title = f"ketch request latency ({config['mode']}, {config['cluster']}, {plan.loop})"
-            logs = write_plot(plot_path, title, results)
+            plotted = list(results)
+            if measured.peer is not None:
+                plotted += [
+                    dataclasses.replace(r, name=f"peer-{r.name}") for r in measured.peer.results
+                ]
+            logs = write_plot(plot_path, title, plotted)
             written = ", ".join(str(p) for p in logs)
             console.print(f"plot: {plot_path}; HdrHistogram logs: {written}")
     except OSError as exc:
@@ -107,7 +144,7 @@ def _cluster_kind(plan: Plan) -> str:
         return "external"
     if plan.in_process:
         return "in-process"
-    if process_commands_available():
+    if plan.kafka or process_commands_available():  # kafka: the in-process cluster has none
         return "processes"
     print(
         "ketch bench latency: `ketch controller`/`ketch broker` are not available; using the "
@@ -118,7 +155,22 @@ def _cluster_kind(plan: Plan) -> str:
 
 
 def _config(plan: Plan, cluster_kind: str) -> dict[str, Any]:
+    config = _common_config(plan, cluster_kind)
+    if plan.kafka:
+        from bench.latency_kafka_clients import client
+        from bench.latency_kafka_scenarios import THROUGHPUT_BATCHING
+
+        config["kafka_clients"] = {
+            name: client(name).settings(E2E_FETCH_MAX_WAIT_MS, THROUGHPUT_BATCHING)
+            for name in plan.kafka_clients
+        }
+        config["peer_cmd"] = plan.peer_cmd
+    return config
+
+
+def _common_config(plan: Plan, cluster_kind: str) -> dict[str, Any]:
     return {
+        "protocol": plan.protocol,
         "acks": None if plan.acks is None else acks_name(plan.acks),
         "rate": plan.rate,
         "mode": "closed-loop" if plan.rate is None else f"open-loop {plan.rate}/s",
@@ -196,9 +248,7 @@ async def _cluster(
         yield addresses, plan.brokers
 
 
-async def _measure_cluster(
-    plan: Plan, kind: str, progress: Progress
-) -> tuple[list[ScenarioResult], dict[str, Any]]:
+async def _measure_cluster(plan: Plan, kind: str, progress: Progress) -> Measured:
     transport = TcpTransport()
     load = Load(plan.share_s, plan.warmup_s, plan.rate, plan.size_bytes)
     flat_out = Load(plan.share_s, plan.warmup_s, None, plan.size_bytes)
@@ -225,7 +275,147 @@ async def _measure_cluster(
         for task, (_, scenario) in zip(tasks, scenarios, strict=True):
             async with _ticking(progress, task):
                 results.append(await scenario(bench))
-    return results, {"replication_factor": rf, "min_insync_replicas": min(2, rf)}
+    return Measured(results, {"replication_factor": rf, "min_insync_replicas": min(2, rf)})
+
+
+KafkaScenario = Callable[["KafkaBench"], Awaitable[ScenarioResult]]
+
+
+def _kafka_scenarios(plan: Plan) -> list[tuple[str, KafkaScenario]]:
+    """(base name, scenario) in the native order; each runs per client, per target."""
+    from bench.latency_kafka_scenarios import (
+        acks_suffix,
+        e2e_scenario,
+        produce_scenario,
+        throughput_scenario,
+    )
+
+    load = Load(plan.share_s, plan.warmup_s, plan.rate, plan.size_bytes)
+    flat_out = Load(plan.share_s, plan.warmup_s, None, plan.size_bytes)
+    scenarios: list[tuple[str, KafkaScenario]] = [
+        (f"produce_acks{acks_suffix(a)}", functools.partial(produce_scenario, acks=a, load=load))
+        for a in plan.produce_acks
+    ]
+    scenarios.append(("e2e", functools.partial(e2e_scenario, load=load)))
+    scenarios += [
+        (
+            f"throughput_acks{acks_suffix(a)}",
+            functools.partial(throughput_scenario, acks=a, load=flat_out),
+        )
+        for a in plan.throughput_acks
+    ]
+    return scenarios
+
+
+@contextlib.asynccontextmanager
+async def _kafka_cluster(plan: Plan, kind: str) -> AsyncIterator[tuple[str, int | None]]:
+    """ketch's Kafka bootstrap (`host:port,...`), and how many brokers were started (None: an
+    external cluster, counted through Metadata)."""
+    if plan.bootstrap is not None:
+        yield ",".join(str(a) for a in plan.bootstrap), None
+        return
+    assert kind == "processes", kind
+    async with kafka_process_cluster(
+        plan.brokers, TcpTransport(), min(2, plan.brokers)
+    ) as addresses:
+        yield ",".join(str(a) for a in addresses), plan.brokers
+
+
+async def _kafka_brokers(probe: Callable[[str], Awaitable[int]], bootstrap: str, want: int) -> int:
+    """Brokers listed in Metadata through the client, once it lists `want` (at least one when
+    want is 0: an external cluster), bounded by KAFKA_METADATA_TIMEOUT_S."""
+    deadline = time.monotonic() + KAFKA_METADATA_TIMEOUT_S
+    while True:
+        try:
+            brokers = await probe(bootstrap)
+        except Exception as exc:  # not answering yet
+            brokers, failure = 0, f"{type(exc).__name__}: {exc}"
+        else:
+            failure = f"{brokers} broker(s) listed, {want} expected"
+        if brokers >= max(1, want):
+            return brokers
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"Kafka Metadata from {bootstrap} not complete within "
+                f"{KAFKA_METADATA_TIMEOUT_S:.0f} s: {failure}"
+            )
+        await asyncio.sleep(_KAFKA_METADATA_POLL_S)
+
+
+async def _measure_kafka(plan: Plan, kind: str, progress: Progress) -> Measured:
+    """Each scenario per client, against ketch and (with --peer-cmd) then against the peer."""
+    from bench.latency_kafka_clients import client
+    from bench.latency_kafka_peer import peer_broker
+    from bench.latency_kafka_scenarios import KafkaBench, KafkaTarget, scenario_name
+
+    clients = [client(name) for name in plan.kafka_clients]
+    labels = ["ketch"] if plan.peer_cmd is None else ["ketch", "peer"]
+    runs = [
+        (base, scenario, kafka_client, label)
+        for base, scenario in _kafka_scenarios(plan)
+        for kafka_client in clients
+        for label in labels
+    ]
+    tasks = [
+        progress.add_task(
+            f"{scenario_name(base, c.name)}{'' if label == 'ketch' else ' peer'}",
+            total=plan.share_s + plan.warmup_s,
+        )
+        for base, _, c, label in runs
+    ]
+    starting = progress.add_task("starting cluster", total=None)
+    progress.refresh()
+    probe = clients[0].broker_count
+    run_id = f"{os.getpid()}-{time.time_ns() % 1_000_000_000}"
+    results: dict[str, list[ScenarioResult]] = {label: [] for label in labels}
+    async with (
+        _kafka_cluster(plan, kind) as (bootstrap, started),
+        contextlib.AsyncExitStack() as stack,
+    ):
+        brokers = await _kafka_brokers(probe, bootstrap, started or 0)
+        rf = max(1, min(3, brokers))
+        targets = {"ketch": KafkaTarget("ketch", bootstrap, rf, min(2, rf))}
+        peer = None
+        if plan.peer_cmd is not None:
+            progress.update(starting, description="starting peer")
+            progress.refresh()
+            peer = await stack.enter_async_context(
+                peer_broker(plan.peer_cmd, probe, want_brokers=brokers)
+            )
+            peer_rf = max(1, min(3, peer.brokers))
+            targets["peer"] = KafkaTarget("peer", peer.bootstrap, peer_rf, min(2, peer_rf))
+            if peer_rf != rf:
+                print(
+                    f"ketch bench latency: warning: the peer lists {peer.brokers} broker(s): "
+                    f"RF {peer_rf} there, {rf} on ketch; its ratios compare unequal replication",
+                    file=sys.stderr,
+                )
+        progress.update(starting, total=1, completed=1)
+        try:
+            for task, (_, scenario, kafka_client, label) in zip(tasks, runs, strict=True):
+                async with _ticking(progress, task):
+                    bench = KafkaBench(targets[label], kafka_client, run_id)
+                    results[label].append(await scenario(bench))
+        finally:
+            for kafka_client in clients:
+                kafka_client.release()
+    facts: dict[str, Any] = {
+        "replication_factor": rf,
+        "min_insync_replicas": min(2, rf),
+        "kafka_bootstrap": bootstrap,
+    }
+    report = None
+    if peer is not None:
+        target = targets["peer"]
+        report = PeerReport(
+            peer.command,
+            peer.bootstrap,
+            peer.brokers,
+            target.replication_factor,
+            target.min_insync_replicas,
+            results["peer"],
+        )
+    return Measured(results["ketch"], facts, report)
 
 
 @contextlib.asynccontextmanager
