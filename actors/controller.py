@@ -13,6 +13,10 @@ which is what Kafka's controllerLock and event queue provided. An event's handle
 4. sends LeaderAndIsr / UpdateMetadata / StopReplica through the per-broker request channels,
    built from the model as it now is (an `_Outbox` per event, sent in Kafka's order).
 
+Producer ids (KIP-730): a broker asks for a block of ids with AllocateProducerIds; the block's
+end is committed to the log before the answer, so a restarted controller continues after it and
+no id is handed out twice.
+
 ZooKeeper's part is played by registration and heartbeats: a registered broker is live until it
 misses heartbeats for broker.session.timeout.ms (then it is fenced: onBrokerFailure) or asks to
 be fenced at the end of its controlled shutdown. A registration from a new process of a live
@@ -48,6 +52,7 @@ from actors.controller_election import (
     remove_from_isr,
 )
 from actors.controller_messages import (
+    AllocateProducerIds,
     AlterPartition,
     BrokerStatus,
     ClusterStatus,
@@ -63,11 +68,14 @@ from actors.controller_messages import (
     StopReplicaDone,
 )
 from actors.controller_model import (
+    MAX_PRODUCER_ID,
+    PRODUCER_ID_BLOCK_SIZE,
     ControllerEpochRecord,
     ControllerModel,
     Endpoint,
     FenceBrokerRecord,
     PartitionRecord,
+    ProducerIdsRecord,
     Record,
     RegisterBrokerRecord,
     RemoveTopicRecord,
@@ -108,6 +116,7 @@ from wire.errors import ErrorCode
 from wire.messages import (
     LEADER_AND_ISR_FULL,
     LEADER_AND_ISR_INCREMENTAL,
+    AllocateProducerIdsResponse,
     AlterPartitionPartitionResult,
     AlterPartitionResponse,
     AlterPartitionTopicResult,
@@ -691,6 +700,37 @@ class ControllerActor(Actor):
         if not joining <= self._eligible():
             return ErrorCode.INELIGIBLE_REPLICA
         return None
+
+    # -- producer ids (KIP-730) -------------------------------------------------------------------
+
+    @handles(AllocateProducerIds)
+    async def _allocate_producer_ids(
+        self, message: AllocateProducerIds
+    ) -> AllocateProducerIdsResponse:
+        request = message.request
+        broker = self.model.broker(request.broker_id)
+        if broker is None or broker.broker_epoch != request.broker_epoch:
+            # As Kafka: an unknown broker or an earlier incarnation registers (again) first.
+            return AllocateProducerIdsResponse(error_code=ErrorCode.STALE_BROKER_EPOCH)
+        start = self.model.next_producer_id()
+        if start + PRODUCER_ID_BLOCK_SIZE - 1 > MAX_PRODUCER_ID:
+            log.error("%s: producer ids exhausted (next would be %d)", self.name, start)
+            return AllocateProducerIdsResponse(error_code=ErrorCode.UNKNOWN_SERVER_ERROR)
+        change = _Change(self.model)
+        end = start + PRODUCER_ID_BLOCK_SIZE
+        change.add(ProducerIdsRecord(request.broker_id, request.broker_epoch, end))
+        # Written before the answer: a block the broker may hand out is never handed out again.
+        await self._commit(change)
+        log.info(
+            "%s: producer ids %d..%d to broker %d",
+            self.name,
+            start,
+            end - 1,
+            request.broker_id,
+        )
+        return AllocateProducerIdsResponse(
+            producer_id_start=start, producer_id_len=PRODUCER_ID_BLOCK_SIZE
+        )
 
     # -- controlled shutdown (seed 004 shutdownBroker) --------------------------------------------
 

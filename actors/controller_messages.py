@@ -2,8 +2,8 @@
 
 Every controller event is one message, processed one at a time by the actor (what Kafka's
 controllerLock / event queue guarded): requests from brokers (registration, heartbeats,
-AlterPartition, controlled shutdown), topic requests brokers forward from clients, the timers'
-ticks, and answers to the requests the controller sent.
+AlterPartition, controlled shutdown, producer-id blocks), topic requests brokers forward from
+clients, the timers' ticks, and answers to the requests the controller sent.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from typing import Final
 from runtime.actor import Ask
 from runtime.properties import bool_property, int_property
 from wire.messages import (
+    AllocateProducerIdsRequest,
+    AllocateProducerIdsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
     BrokerHeartbeatRequest,
@@ -137,6 +139,11 @@ class AlterPartition(Ask[AlterPartitionResponse]):
 @dataclass(frozen=True, slots=True)
 class ControlledShutdown(Ask[ControlledShutdownResponse]):
     request: ControlledShutdownRequest
+
+
+@dataclass(frozen=True, slots=True)
+class AllocateProducerIds(Ask[AllocateProducerIdsResponse]):
+    request: AllocateProducerIdsRequest
 
 
 @dataclass(frozen=True, slots=True)

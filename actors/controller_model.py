@@ -1,10 +1,11 @@
 """The controller's durable metadata: the records of its metadata log and the model they build.
 
 Everything the controller must remember across a restart — its epoch, the registered brokers,
-the topics, every partition's assignment, leader, ISR and epochs, and the deletions under way —
-is written as a record before it is acted on (the znodes of Kafka's ZooKeeper controller, the
-metadata records of KRaft). Replaying the records in order rebuilds an equal `ControllerModel`,
-and `snapshot()` condenses a model into the few records that rebuild it, so the log can be cut.
+the topics, every partition's assignment, leader, ISR and epochs, the deletions under way, and
+where the next block of producer ids starts — is written as a record before it is acted on
+(the znodes of Kafka's ZooKeeper controller, the metadata records of KRaft). Replaying the
+records in order rebuilds an equal `ControllerModel`, and `snapshot()` condenses a model into
+the few records that rebuild it, so the log can be cut.
 
 Records are frozen slotted dataclasses. `encode_record` turns one into a plain dict of msgpack
 types with its kind under "type"; `decode_record` checks every field's type and raises ValueError
@@ -16,7 +17,8 @@ record said.
 an expected error): the controller epoch never decreases; broker epochs only grow, each
 registration issuing one larger than any before; a partition's ISR is a non-empty subset of its
 replicas and its leader is in the ISR or -1; its leader epoch grows whenever the leader changes,
-its partition epoch whenever the replicas or ISR change, and neither ever decreases.
+its partition epoch whenever the replicas or ISR change, and neither ever decreases; the next
+producer id only grows, so no block of producer ids is handed out twice.
 
 Owner: the controller actor, from its own task (and its replay at startup); nothing else holds a
 reference, so no lock is needed. Pure: no I/O, no clock, no asyncio.
@@ -37,6 +39,8 @@ from runtime.log.partition_dir import TopicPartition
 from wire.errors import ErrorCode
 
 TOPIC_ID_BYTES: Final = 16
+PRODUCER_ID_BLOCK_SIZE: Final = 1_000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
+MAX_PRODUCER_ID: Final = 2**63 - 1  # producer ids are Kafka int64s
 
 
 class Endpoint(NamedTuple):
@@ -134,6 +138,18 @@ class RemoveTopicRecord:
     topic_id: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class ProducerIdsRecord:
+    """A block of producer ids went to `broker_id` (at `broker_epoch`): every id below
+    `next_producer_id` is taken (KIP-730). Only the newest one matters for replay; a snapshot
+    keeps it as it was, even if that broker has re-registered since."""
+
+    TYPE: ClassVar[str] = "producer_ids"
+    broker_id: int
+    broker_epoch: int
+    next_producer_id: int
+
+
 Record: TypeAlias = (
     ControllerEpochRecord
     | RegisterBrokerRecord
@@ -143,6 +159,7 @@ Record: TypeAlias = (
     | PartitionRecord
     | TopicDeletionRecord
     | RemoveTopicRecord
+    | ProducerIdsRecord
 )
 RECORD_TYPES: Final[tuple[type[Record], ...]] = (
     ControllerEpochRecord,
@@ -153,6 +170,7 @@ RECORD_TYPES: Final[tuple[type[Record], ...]] = (
     PartitionRecord,
     TopicDeletionRecord,
     RemoveTopicRecord,
+    ProducerIdsRecord,
 )
 _BY_TYPE: Final[Mapping[str, type[Record]]] = {cls.TYPE: cls for cls in RECORD_TYPES}
 
@@ -233,6 +251,7 @@ _CODECS: Final[Mapping[str, _Codec]] = {
     "leader": (_same, _decode_int),
     "leader_epoch": (_same, _decode_int),
     "partition_epoch": (_same, _decode_int),
+    "next_producer_id": (_same, _decode_int),
 }
 
 
@@ -297,6 +316,7 @@ class ControllerModel:
         self._partitions: dict[bytes, dict[int, PartitionRecord]] = {}
         # Insertion-ordered, so deletions resume in the order they were asked for.
         self._deleting: dict[bytes, None] = {}
+        self._producer_ids: ProducerIdsRecord | None = None  # the newest block handed out
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ControllerModel):
@@ -319,6 +339,7 @@ class ControllerModel:
             self._topics,
             self._partitions,
             list(self._deleting),
+            self._producer_ids,
         )
 
     # -- applying records ------------------------------------------------------------------
@@ -341,6 +362,8 @@ class ControllerModel:
                 self._apply_topic_deletion(record)
             case RemoveTopicRecord():
                 self._apply_remove_topic(record)
+            case ProducerIdsRecord():
+                self._apply_producer_ids(record)
             case _:
                 assert_never(record)
 
@@ -405,12 +428,20 @@ class ControllerModel:
         del self._partitions[record.topic_id]
         self._deleting.pop(record.topic_id, None)
 
+    def _apply_producer_ids(self, record: ProducerIdsRecord) -> None:
+        # Growing strictly is what makes ids unique across restarts: a record that went back
+        # (or stood still) would hand out a block a second time.
+        assert self.next_producer_id() < record.next_producer_id <= MAX_PRODUCER_ID + 1, (
+            f"next producer id {self.next_producer_id()} -> {record.next_producer_id}"
+        )
+        self._producer_ids = record
+
     # -- snapshot --------------------------------------------------------------------------
 
     def snapshot(self) -> list[Record]:
         """Records that rebuild an equal model when applied to an empty one, in an order that
         satisfies `apply`'s checks (registrations by ascending broker epoch, each topic before
-        its partitions, deletions last)."""
+        its partitions, deletions, then the newest producer-id block)."""
         records: list[Record] = [ControllerEpochRecord(self._controller_epoch)]
         for b in sorted(self._brokers.values(), key=lambda b: b.broker_epoch):
             records.append(
@@ -422,6 +453,8 @@ class ControllerModel:
             records.append(topic)
             records.extend(self.partitions_of(topic.topic_id))
         records.extend(TopicDeletionRecord(topic_id) for topic_id in self._deleting)
+        if self._producer_ids is not None:
+            records.append(self._producer_ids)
         return records
 
     # -- queries ---------------------------------------------------------------------------
@@ -433,6 +466,10 @@ class ControllerModel:
     def next_broker_epoch(self) -> int:
         """The epoch for the next registration: above every broker epoch ever issued."""
         return self._max_broker_epoch + 1
+
+    def next_producer_id(self) -> int:
+        """The first producer id not yet handed out in any block."""
+        return 0 if self._producer_ids is None else self._producer_ids.next_producer_id
 
     def broker(self, broker_id: int) -> BrokerRegistration | None:
         return self._brokers.get(broker_id)

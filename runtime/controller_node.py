@@ -4,7 +4,8 @@
     ControllerChannelManager     one request channel per live broker (credentialed Client each)
     ControllerActor              every controller event, one at a time
     Server                       the controller's listener: BrokerRegistration, BrokerHeartbeat,
-                                 AlterPartition, ControlledShutdown, and the CreateTopics /
+                                 AlterPartition, ControlledShutdown, AllocateProducerIds,
+                                 and the CreateTopics /
                                  DeleteTopics / DescribeCluster that brokers forward for
                                  clients (KIP-590)
 
@@ -34,6 +35,7 @@ from typing import Any
 from actors.channel import ChannelConfig, ControllerChannelManager
 from actors.controller import ControllerActor
 from actors.controller_messages import (
+    AllocateProducerIds,
     AlterPartition,
     ClusterStatus,
     ControlledShutdown,
@@ -102,6 +104,7 @@ class ControllerNode:
             ApiKey.BROKER_HEARTBEAT: self._forward(Heartbeat),
             ApiKey.ALTER_PARTITION: self._forward(AlterPartition),
             ApiKey.CONTROLLED_SHUTDOWN: self._forward(ControlledShutdown),
+            ApiKey.ALLOCATE_PRODUCER_IDS: self._forward(AllocateProducerIds),
             ApiKey.CREATE_TOPICS: self._forward(CreateTopics),
             ApiKey.DELETE_TOPICS: self._forward(DeleteTopics),
             ApiKey.DESCRIBE_CLUSTER: self._describe_cluster,

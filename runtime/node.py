@@ -79,8 +79,11 @@ from runtime.net.client import Client
 from runtime.net.kafka_dialect import KafkaProtocol
 from runtime.net.server import Handler, RequestContext, Server
 from runtime.net.transport import Address, Transport
+from runtime.producer_ids import ProducerIdManager
 from wire.messages import (
     CONTROL_PLANE_API_KEYS,
+    AllocateProducerIdsRequest,
+    AllocateProducerIdsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
     ApiKey,
@@ -93,6 +96,8 @@ from wire.messages import (
     DescribeClusterResponse,
     FetchRequest,
     FetchResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
     LeaderAndIsrRequest,
     LeaderAndIsrResponse,
     ListOffsetsRequest,
@@ -218,6 +223,14 @@ class BrokerNode:
             broker_epoch=lambda: self.broker_epoch,
             topic_id=lambda topic: self.replica_manager.metadata.topic_id(topic),
         )
+        # Producer ids for InitProducerId, in blocks from the controller (KIP-730).
+        self.producer_ids = ProducerIdManager(
+            self._send_allocate_producer_ids,
+            self.broker_id,
+            broker_epoch=lambda: self.broker_epoch,
+            clock=clock,
+            retry_backoff_ms=config.client.retry_backoff_ms,
+        )
         self.replica_manager = ReplicaManager(
             config.replica_manager,
             self.log_manager,
@@ -278,6 +291,13 @@ class BrokerNode:
         assert isinstance(response, AlterPartitionResponse), response
         return response
 
+    async def _send_allocate_producer_ids(
+        self, request: AllocateProducerIdsRequest
+    ) -> AllocateProducerIdsResponse:
+        response = await self._control_client.send(self.controller, request)
+        assert isinstance(response, AllocateProducerIdsResponse), response
+        return response
+
     def _mailboxes(self) -> Iterator[tuple[str, ActorStatistics]]:
         """Every running actor of the broker, by kind (for the mailbox-depth gauges)."""
         yield "ReplicaManager", self.replica_manager.statistics()
@@ -311,6 +331,7 @@ class BrokerNode:
             ApiKey.LEADER_AND_ISR: self._leader_and_isr,
             ApiKey.STOP_REPLICA: self._stop_replica,
             ApiKey.UPDATE_METADATA: self._update_metadata,
+            ApiKey.INIT_PRODUCER_ID: self._init_producer_id,
         }
 
     def _kafka_handlers(self) -> dict[int, Handler]:
@@ -324,6 +345,11 @@ class BrokerNode:
         return handlers
 
     # -- handlers (the server refuses the control-plane ones on unauthenticated connections) ----
+
+    async def _init_producer_id(
+        self, request: InitProducerIdRequest, ctx: RequestContext
+    ) -> InitProducerIdResponse:
+        return await self.producer_ids.init_producer_id(request)
 
     async def _metadata(self, request: MetadataRequest, ctx: RequestContext) -> MetadataResponse:
         return self.replica_manager.metadata.metadata_response(
@@ -452,6 +478,7 @@ class BrokerNode:
         await self.replica_manager.stop()  # partition actors stop; last HW checkpoint
         self.delayed.close()
         await self.alter_partition.stop()
+        await self.producer_ids.stop()
         await self._stop_log_task()
         await self.log_manager.shutdown_async()
         await self._close_clients()
@@ -476,6 +503,7 @@ class BrokerNode:
         await self.replica_manager.abort()
         self.delayed.close()
         await self.alter_partition.stop()
+        await self.producer_ids.stop()
         await self._stop_log_task()
         self.log_manager.abandon()
         await self._close_clients()

@@ -46,6 +46,7 @@ from wire.messages import (
     FetchResponse,
     FetchResponsePartition,
     FetchTopic,
+    InitProducerIdRequest,
     ListOffsetsPartitionResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
@@ -247,6 +248,7 @@ APIS: Final[dict[int, KafkaApi]] = {
         KafkaApi(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 4, OffsetForLeaderEpochRequest),
         KafkaApi(ApiKey.CREATE_TOPICS, 2, 5, CreateTopicsRequest),
         KafkaApi(ApiKey.DELETE_TOPICS, 1, 4, DeleteTopicsRequest),
+        KafkaApi(ApiKey.INIT_PRODUCER_ID, 0, 4, InitProducerIdRequest),
         KafkaApi(ApiKey.FIND_COORDINATOR, 0, 4, answer=_find_coordinator),
     )
 }

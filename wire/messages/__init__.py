@@ -9,6 +9,7 @@ definitions live in modules by API group:
     control.py  LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown, AlterPartition,
                 BrokerRegistration, BrokerHeartbeat (cluster credential required)
     auth.py     SaslHandshake, SaslAuthenticate
+    producer.py InitProducerId, AllocateProducerIds (the latter cluster credential required)
 
 Group APIs (FindCoordinator 10, JoinGroup 11, Heartbeat 12, LeaveGroup 13, SyncGroup 14,
 OffsetCommit 8, OffsetFetch 9) will get a groups.py; their keys are reserved in ApiKey.
@@ -128,6 +129,14 @@ from wire.messages.data import (
     TopicProduceData,
     TopicProduceResponse,
 )
+from wire.messages.producer import (
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    AllocateProducerIdsRequest,
+    AllocateProducerIdsResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+)
 
 # Importing the modules above registered every message; fail the import if one lacks its codec.
 check_registry()
@@ -136,8 +145,12 @@ __all__ = [
     "CONTROL_PLANE_API_KEYS",
     "LEADER_AND_ISR_FULL",
     "LEADER_AND_ISR_INCREMENTAL",
+    "NO_PRODUCER_EPOCH",
+    "NO_PRODUCER_ID",
     "UUID_BYTES",
     "ZERO_UUID",
+    "AllocateProducerIdsRequest",
+    "AllocateProducerIdsResponse",
     "AlterPartitionPartitionData",
     "AlterPartitionPartitionResult",
     "AlterPartitionRequest",
@@ -176,6 +189,8 @@ __all__ = [
     "FetchTopic",
     "FetchableTopicResponse",
     "FixedLen",
+    "InitProducerIdRequest",
+    "InitProducerIdResponse",
     "Int8",
     "Int16",
     "Int32",

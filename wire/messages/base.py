@@ -67,12 +67,14 @@ class ApiKey(IntEnum):
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
     SASL_AUTHENTICATE = 36
     ALTER_PARTITION = 56
     DESCRIBE_CLUSTER = 60
     BROKER_REGISTRATION = 62
     BROKER_HEARTBEAT = 63
+    ALLOCATE_PRODUCER_IDS = 67
 
 
 CONTROL_PLANE_API_KEYS: frozenset[int] = frozenset(
@@ -84,6 +86,7 @@ CONTROL_PLANE_API_KEYS: frozenset[int] = frozenset(
         ApiKey.ALTER_PARTITION,
         ApiKey.BROKER_REGISTRATION,
         ApiKey.BROKER_HEARTBEAT,
+        ApiKey.ALLOCATE_PRODUCER_IDS,
     }
 )
 """APIs that only cluster members may call: they need the cluster credential."""

@@ -19,6 +19,7 @@ from actors.controller_model import (
     Endpoint,
     FenceBrokerRecord,
     PartitionRecord,
+    ProducerIdsRecord,
     Record,
     RegisterBrokerRecord,
     RemoveTopicRecord,
@@ -48,6 +49,7 @@ SAMPLES: list[Record] = [
     PartitionRecord(ORDERS, 1, (1,), (1,), -1, 0, 0),
     TopicDeletionRecord(ORDERS),
     RemoveTopicRecord(ORDERS),
+    ProducerIdsRecord(1, 7, 2_000),
 ]
 
 
@@ -317,7 +319,7 @@ def random_record(model: ControllerModel, rng: random.Random) -> Record | None:
     """One valid next record for `model`, or None when the chosen kind does not apply now."""
     brokers = model.brokers()
     topics = model.topics()
-    kinds = ["epoch", "register", "fence", "unfence", "topic", "queue", "remove"]
+    kinds = ["epoch", "register", "fence", "unfence", "topic", "queue", "remove", "producer_ids"]
     kind = rng.choice([*kinds, "change", "change", "change"])
     if kind == "epoch":
         return ControllerEpochRecord(model.controller_epoch + rng.randint(0, 2))
@@ -371,6 +373,12 @@ def random_record(model: ControllerModel, rng: random.Random) -> Record | None:
     if kind == "queue":
         candidates = [t for t in topics if not model.is_queued_for_deletion(t.topic_id)]
         return TopicDeletionRecord(rng.choice(candidates).topic_id) if candidates else None
+    if kind == "producer_ids" and brokers:
+        broker = rng.choice(brokers)
+        step = rng.choice([1, 1_000, 5_000])
+        return ProducerIdsRecord(
+            broker.broker_id, broker.broker_epoch, model.next_producer_id() + step
+        )
     if kind == "remove" and topics and rng.random() < 0.3:
         return RemoveTopicRecord(rng.choice(topics).topic_id)
     return None
@@ -399,6 +407,7 @@ def check_history(seed: int, steps: int) -> None:
             assert rebuilt == model, f"seed={seed} step={step}"
             assert rebuilt.snapshot() == snapshot, f"seed={seed} step={step}"
             assert rebuilt.next_broker_epoch() == model.next_broker_epoch(), f"seed={seed}"
+            assert rebuilt.next_producer_id() == model.next_producer_id(), f"seed={seed}"
             assert replay(log) == model, f"seed={seed} step={step}: the log replays"
             # Cut the log at the snapshot: the snapshot plus the records after it must keep
             # replaying to the live model at the next check.

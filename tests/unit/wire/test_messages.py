@@ -394,12 +394,14 @@ KAFKA_API_KEYS = {
     "API_VERSIONS": 18,
     "CREATE_TOPICS": 19,
     "DELETE_TOPICS": 20,
+    "INIT_PRODUCER_ID": 22,
     "OFFSET_FOR_LEADER_EPOCH": 23,
     "SASL_AUTHENTICATE": 36,
     "ALTER_PARTITION": 56,
     "DESCRIBE_CLUSTER": 60,
     "BROKER_REGISTRATION": 62,
     "BROKER_HEARTBEAT": 63,
+    "ALLOCATE_PRODUCER_IDS": 67,
 }
 
 
@@ -408,7 +410,7 @@ def test_api_keys_are_kafkas() -> None:
 
 
 def test_supported_versions_lists_every_implemented_api() -> None:
-    implemented = {0, 1, 2, 3, 4, 5, 6, 7, 17, 18, 19, 20, 23, 36, 56, 60, 62, 63}
+    implemented = {0, 1, 2, 3, 4, 5, 6, 7, 17, 18, 19, 20, 22, 23, 36, 56, 60, 62, 63, 67}
     assert m.supported_versions() == dict.fromkeys(sorted(implemented), (0, 0))
 
 
@@ -423,7 +425,7 @@ def test_requests_pair_with_their_responses() -> None:
 
 
 def test_control_plane_keys() -> None:
-    assert {4, 5, 6, 7, 56, 62, 63} == m.CONTROL_PLANE_API_KEYS
+    assert {4, 5, 6, 7, 56, 62, 63, 67} == m.CONTROL_PLANE_API_KEYS
 
 
 @pytest.mark.parametrize(("key", "version"), [(0, 1), (99, 0), (10, 0), (-1, 0)])

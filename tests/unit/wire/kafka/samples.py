@@ -22,6 +22,8 @@ from wire.messages import (
     FetchResponse,
     FetchResponsePartition,
     FetchTopic,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
     ListOffsetsPartition,
     ListOffsetsPartitionResponse,
     ListOffsetsRequest,
@@ -131,6 +133,9 @@ REQUESTS: Final[dict[int, Request]] = {
         validate_only=False,
     ),
     ApiKey.DELETE_TOPICS: DeleteTopicsRequest(topic_names=["orders", "audit"], timeout_ms=9000),
+    ApiKey.INIT_PRODUCER_ID: InitProducerIdRequest(
+        transaction_timeout_ms=60_000, producer_id=4000, producer_epoch=3
+    ),
 }
 
 RESPONSES: Final[dict[int, Response]] = {
@@ -221,4 +226,5 @@ RESPONSES: Final[dict[int, Response]] = {
             DeletableTopicResult(name="audit", error_code=3, error_message="unknown"),
         ]
     ),
+    ApiKey.INIT_PRODUCER_ID: InitProducerIdResponse(producer_id=4000, producer_epoch=4),
 }
