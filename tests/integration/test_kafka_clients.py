@@ -1,0 +1,235 @@
+"""Real Kafka clients against a ketch cluster through its Kafka listeners.
+
+One cluster for the module: a controller and three brokers as processes (bench.failover's
+ProcessCluster with Kafka listeners), short session timeouts so a killed leader is replaced in
+about a second. For each of confluent-kafka (librdkafka), kafka-python and aiokafka: a topic
+made through the client's admin API (RF=3, min.insync.replicas=2), records produced with acks=1
+and acks=all under every compression codec the client has, read back with assign() from the
+beginning and from a given offset, offsets listed (earliest, latest, by timestamp), and a
+leader killed while the client produces with acks=all: every acknowledged record is read back
+at the offset its acknowledgement named. kcat lists metadata, produces and consumes.
+
+The processes run on the wall clock: every wait is a bounded poll of a condition; the children
+are killed by PID whatever happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import threading
+from collections.abc import AsyncIterator
+from typing import Final
+
+import pytest
+import pytest_asyncio
+
+from bench.failover import ProcessCluster, running_cluster, wait_fully_replicated, wait_until
+from runtime.config import Value
+from runtime.net.tcp import TcpTransport
+from runtime.net.transport import Address
+from tests.integration.kafka_drivers import (
+    COMPRESSIONS,
+    DRIVERS,
+    EARLIEST,
+    LATEST,
+    Driver,
+    Read,
+    Sent,
+)
+from wire.frames import encode_frame
+
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
+
+PARTITIONS: Final = 3
+WAIT_S: Final = 30.0
+PROPERTIES: Final[dict[str, Value]] = {
+    "broker.session.timeout.ms": 600,
+    "broker.heartbeat.interval.ms": 100,
+    "replica.lag.time.max.ms": 1_000,
+    "request.timeout.ms": 1_000,
+    "replica.fetch.wait.max.ms": 50,
+    "replica.fetch.backoff.ms": 50,
+    "reconnect.backoff.ms": 10,
+    "reconnect.backoff.max.ms": 100,
+    "retry.backoff.ms": 20,
+    "retry.backoff.max.ms": 100,
+    "controlled.shutdown.retry.backoff.ms": 50,
+    "controlled.shutdown.max.retries": 2,
+}
+TOPIC_CONFIGS: Final = {"min.insync.replicas": "2"}
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ProcessCluster]:
+    root = tmp_path_factory.mktemp("kafka-clients")
+    async with running_cluster(root, PROPERTIES, kafka=True) as started:
+        await started.wait_running(range(3), timeout_s=WAIT_S)
+        yield started
+
+
+def driver_for(cluster: ProcessCluster, client: str) -> Driver:
+    return DRIVERS[client](cluster.kafka_bootstrap())
+
+
+async def ready_topic(cluster: ProcessCluster, driver: Driver, topic: str) -> None:
+    await driver.create_topic(topic, PARTITIONS, 3, TOPIC_CONFIGS)
+    client = cluster.client()
+    try:
+        await wait_fully_replicated(
+            client, cluster.addresses.values(), topic, PARTITIONS, timeout_s=WAIT_S
+        )
+    finally:
+        await client.close()
+
+
+def by_partition(reads: list[Read]) -> dict[int, list[tuple[int, bytes | None, bytes]]]:
+    found: dict[int, list[tuple[int, bytes | None, bytes]]] = {}
+    for read in reads:
+        found.setdefault(read.partition, []).append((read.offset, read.key, read.value))
+    return found
+
+
+@pytest.mark.parametrize("client", sorted(DRIVERS))
+async def test_admin_produce_consume_and_list_offsets(cluster: ProcessCluster, client: str) -> None:
+    driver = driver_for(cluster, client)
+    topic = f"roundtrip-{client}"
+    await ready_topic(cluster, driver, topic)
+    expected: dict[int, list[tuple[int, bytes | None, bytes]]] = {}
+    index = 0
+    for acks in ("1", "all"):
+        for compression in COMPRESSIONS:
+            batch = []
+            for _ in range(4):
+                key = None if index % 4 == 3 else b"k%d" % index
+                batch.append(Sent(index % PARTITIONS, key, b"%s-%s-%d" % (
+                    acks.encode(), compression.encode(), index)))  # fmt: skip
+                index += 1
+            acked = await driver.produce(topic, batch, acks=acks, compression=compression)
+            for sent, (partition, offset) in zip(batch, acked, strict=True):
+                assert partition == sent.partition, f"{driver.name} {driver.version}"
+                expected.setdefault(partition, []).append((offset, sent.key, sent.value))
+    # Offsets per partition are dense from 0 in the order the acknowledgements came back.
+    for records in expected.values():
+        assert [offset for offset, _, _ in records] == list(range(len(records)))
+
+    everything = await driver.consume(topic, dict.fromkeys(range(PARTITIONS), 0), index)
+    assert by_partition(everything) == expected, f"{driver.name} {driver.version}"
+
+    # From a given offset: the rest of partition 0 only.
+    tail = await driver.consume(topic, {0: 3}, len(expected[0]) - 3)
+    assert by_partition(tail) == {0: expected[0][3:]}
+
+    assert await driver.list_offset(topic, 0, EARLIEST) == 0
+    assert await driver.list_offset(topic, 0, LATEST) == len(expected[0])
+    # By timestamp: the record read at offset 5 carries a timestamp; asking for it finds the
+    # first offset at or after it (an earlier record can share the millisecond).
+    stamp = next(r.timestamp_ms for r in everything if r.partition == 0 and r.offset == 5)
+    found = await driver.list_offset(topic, 0, stamp)
+    assert 0 <= found <= 5
+    assert all(r.timestamp_ms < stamp for r in everything if r.partition == 0 and r.offset < found)
+    assert await driver.list_offset(topic, 0, stamp + 3_600_000) == -1  # none that late
+
+
+@pytest.mark.parametrize("client", sorted(DRIVERS))
+async def test_a_killed_leader_loses_no_acknowledged_record(
+    cluster: ProcessCluster, client: str
+) -> None:
+    driver = driver_for(cluster, client)
+    topic = f"failover-{client}"
+    await ready_topic(cluster, driver, topic)
+    native = cluster.client()
+    try:
+        leaders = await wait_fully_replicated(
+            native, cluster.addresses.values(), topic, PARTITIONS, timeout_s=WAIT_S
+        )
+        victim = leaders[0].leader_id
+        acks_seen = 0
+        lock = threading.Lock()
+
+        def on_ack(partition: int, offset: int) -> None:
+            nonlocal acks_seen
+            with lock:
+                acks_seen += 1
+
+        records = [Sent(0, b"k", b"v%d" % i) for i in range(60)]
+        producing = asyncio.ensure_future(
+            driver.produce(topic, records, acks="all", compression="none", on_ack=on_ack)
+        )
+
+        async def fifteen_acked() -> bool:
+            return acks_seen >= 15 or producing.done()
+
+        await wait_until(fifteen_acked, "15 acknowledgements before the kill", timeout_s=WAIT_S)
+        assert not producing.done(), "the produce loop ended before the leader was killed"
+        await cluster.broker(victim).kill()
+        acked = await asyncio.wait_for(producing, WAIT_S * 2)
+        # Everything acknowledged after the kill came from another leader.
+        await cluster.broker(victim).start()
+        await wait_fully_replicated(
+            native, cluster.addresses.values(), topic, PARTITIONS, timeout_s=WAIT_S
+        )
+    finally:
+        await native.close()
+    assert len(acked) == len(records)
+    offsets = [offset for _, offset in acked]
+    end = max(offsets) + 1
+    read = await driver.consume(topic, {0: 0}, end)
+    at = {r.offset: r.value for r in read}
+    for sent, (_, offset) in zip(records, acked, strict=True):
+        assert at.get(offset) == sent.value, (
+            f"{driver.name} {driver.version}: acknowledged {sent.value!r} at {offset}, "
+            f"read {at.get(offset)!r}"
+        )
+
+
+KCAT: Final = shutil.which("kcat")
+
+
+@pytest.mark.skipif(KCAT is None, reason="kcat is not installed (make test installs it with apt)")
+async def test_kcat_lists_produces_and_consumes(cluster: ProcessCluster) -> None:
+    assert KCAT is not None
+    bootstrap = cluster.kafka_bootstrap()
+    driver = driver_for(cluster, "confluent")
+    await ready_topic(cluster, driver, "kcat")
+    listing = await asyncio.to_thread(_run, [KCAT, "-b", bootstrap, "-L", "-m", "10"])
+    assert " 3 brokers:" in listing
+    for broker_id, address in cluster.kafka_addresses.items():
+        assert f"broker {broker_id} at {address.host}:{address.port}" in listing
+    assert 'topic "kcat" with 3 partitions:' in listing
+
+    lines = [f"line-{i}" for i in range(10)]
+    await asyncio.to_thread(
+        _run,
+        [KCAT, "-b", bootstrap, "-P", "-t", "kcat", "-p", "1", "-X", "acks=all"],
+        "\n".join(lines) + "\n",
+    )
+    consumed = await asyncio.to_thread(
+        _run, [KCAT, "-b", bootstrap, "-C", "-t", "kcat", "-p", "1", "-o", "beginning", "-e"]
+    )
+    assert consumed.splitlines() == lines
+
+
+def _run(command: list[str], stdin: str | None = None) -> str:
+    done = subprocess.run(
+        command, input=stdin, capture_output=True, text=True, timeout=WAIT_S, check=False
+    )
+    assert done.returncode == 0, f"{command}: exit {done.returncode}\n{done.stderr}"
+    return done.stdout
+
+
+async def test_garbage_on_the_kafka_port_closes_only_that_connection(
+    cluster: ProcessCluster,
+) -> None:
+    address: Address = cluster.kafka_addresses[0]
+    transport = TcpTransport()
+    bad = await transport.connect(address, timeout_s=5)
+    await bad.send(encode_frame(b"\xff" * 40))
+    async with asyncio.timeout(5):
+        assert await bad.receive() == b""  # closed by the broker
+    await bad.aclose()
+    # The broker still serves Kafka clients.
+    driver = driver_for(cluster, "aiokafka")
+    await ready_topic(cluster, driver, "after-garbage")
+    assert await driver.list_offset("after-garbage", 0, LATEST) == 0
