@@ -73,6 +73,7 @@ from runtime.actor import ActorStatistics
 from runtime.broker_config import KAFKA_LISTENER, BrokerConfig
 from runtime.broker_lifecycle import BrokerLifecycle, ControllerForwarder
 from runtime.clock import Clock
+from runtime.describe_configs import TopicConfigSource, describe_configs
 from runtime.log.manager import LoadedDir, LogManager
 from runtime.metrics import METRICS_DISABLED, BrokerMetrics, MetricsHttpServer
 from runtime.net.client import Client
@@ -94,6 +95,8 @@ from wire.messages import (
     DeleteTopicsResponse,
     DescribeClusterRequest,
     DescribeClusterResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
     FetchRequest,
     FetchResponse,
     InitProducerIdRequest,
@@ -270,6 +273,12 @@ class BrokerNode:
                 request_observer=observer,
                 dialect=kafka.dialect,
             )
+        self._topic_configs = TopicConfigSource(
+            exists=lambda topic: self.replica_manager.metadata.has_topic(topic),
+            overrides=self.log_manager.topic_overrides,
+            effective=self.log_manager.config_for,
+            min_insync_replicas=self.replica_manager.min_insync_replicas,
+        )
         self._log_task: asyncio.Task[None] | None = None
 
     # -- wiring ---------------------------------------------------------------------------------
@@ -323,6 +332,7 @@ class BrokerNode:
             ApiKey.CREATE_TOPICS: self._create_topics,
             ApiKey.DELETE_TOPICS: self._delete_topics,
             ApiKey.DESCRIBE_CLUSTER: self._describe_cluster,
+            ApiKey.DESCRIBE_CONFIGS: self._describe_configs,
             ApiKey.METADATA: self._metadata,
             ApiKey.PRODUCE: self._produce,
             ApiKey.FETCH: self._fetch,
@@ -401,6 +411,11 @@ class BrokerNode:
         self, request: DescribeClusterRequest, ctx: RequestContext
     ) -> DescribeClusterResponse:
         return await self.forwarder.describe_cluster(request)
+
+    async def _describe_configs(
+        self, request: DescribeConfigsRequest, ctx: RequestContext
+    ) -> DescribeConfigsResponse:
+        return describe_configs(request, self._topic_configs)
 
     async def _leader_and_isr(
         self, request: LeaderAndIsrRequest, ctx: RequestContext

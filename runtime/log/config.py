@@ -142,6 +142,11 @@ class LogConfig:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
 
+def topic_config_values(config: LogConfig) -> dict[str, str]:
+    """The log settings of `config` under their topic-level names, as Kafka lists them."""
+    return {keys[0]: str(getattr(config, name)) for name, keys in _LOG_KEYS.items()}
+
+
 def _check(ok: bool, key: str, value: object, expected: str) -> None:
     if not ok:
         raise ValueError(f"{key} must be {expected}, got {value!r}")

@@ -197,6 +197,10 @@ class LogManager:
     def config_for(self, topic: str) -> LogConfig:
         return self.config.default.with_overrides(self._topic_overrides.get(topic, {}))
 
+    def topic_overrides(self, topic: str) -> Mapping[str, object]:
+        """The topic's config overrides as the controller last sent them (empty: none)."""
+        return self._topic_overrides.get(topic, {})
+
     def set_topic_config(self, topic: str, overrides: Mapping[str, object]) -> None:
         """Per-topic overrides (Kafka topic config names); applied to the topic's open logs."""
         config = self.config.default.with_overrides(overrides)  # validates before storing

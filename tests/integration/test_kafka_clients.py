@@ -22,8 +22,11 @@ import threading
 from collections.abc import AsyncIterator
 from typing import Final
 
+import confluent_kafka.admin
+import kafka.admin
 import pytest
 import pytest_asyncio
+from confluent_kafka.admin._config import ConfigResource
 
 from bench.failover import ProcessCluster, running_cluster, wait_fully_replicated, wait_until
 from runtime.config import Value
@@ -233,3 +236,34 @@ async def test_garbage_on_the_kafka_port_closes_only_that_connection(
     driver = driver_for(cluster, "aiokafka")
     await ready_topic(cluster, driver, "after-garbage")
     assert await driver.list_offset("after-garbage", 0, LATEST) == 0
+
+
+async def test_describe_configs_shows_a_topics_overrides(cluster: ProcessCluster) -> None:
+    """Through confluent-kafka's and kafka-python's admin clients."""
+
+    driver = driver_for(cluster, "confluent")
+    await ready_topic(cluster, driver, "described")
+    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": cluster.kafka_bootstrap()})
+    resource = ConfigResource("TOPIC", "described")
+    future = admin.describe_configs([resource])[resource]
+    entries = await asyncio.to_thread(future.result, WAIT_S)
+    assert entries["min.insync.replicas"].value == "2"
+    assert entries["min.insync.replicas"].source == 1  # DYNAMIC_TOPIC_CONFIG
+    assert entries["cleanup.policy"].value == "delete"
+    assert entries["cleanup.policy"].source == 5  # DEFAULT_CONFIG
+
+    def with_kafka_python() -> dict[str, dict[str, object]]:
+        client = kafka.admin.KafkaAdminClient(bootstrap_servers=cluster.kafka_bootstrap())
+        try:
+            resource = kafka.admin.ConfigResource(kafka.admin.ConfigResourceType.TOPIC, "described")
+            # kafka-python's default filter keeps only settings that differ from the defaults.
+            modified = client.describe_configs([resource])
+            assert set(modified["topic"]["described"]) == {"min.insync.replicas"}
+            everything = client.describe_configs([resource], config_filter="all")
+            return dict(everything["topic"]["described"])
+        finally:
+            client.close()
+
+    values = await asyncio.to_thread(with_kafka_python)
+    assert values["min.insync.replicas"]["value"] == "2"
+    assert values["retention.ms"]["value"] == "604800000"

@@ -39,6 +39,9 @@ from wire.messages import (
     DeletableTopicResult,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    DescribeConfigsResult,
     EpochEndOffset,
     FetchableTopicResponse,
     FetchPartition,
@@ -249,6 +252,7 @@ APIS: Final[dict[int, KafkaApi]] = {
         KafkaApi(ApiKey.CREATE_TOPICS, 2, 5, CreateTopicsRequest),
         KafkaApi(ApiKey.DELETE_TOPICS, 1, 4, DeleteTopicsRequest),
         KafkaApi(ApiKey.INIT_PRODUCER_ID, 0, 4, InitProducerIdRequest),
+        KafkaApi(ApiKey.DESCRIBE_CONFIGS, 1, 4, DescribeConfigsRequest),
         KafkaApi(ApiKey.FIND_COORDINATOR, 0, 4, answer=_find_coordinator),
     )
 }
@@ -341,6 +345,17 @@ def _delete_topics_error(request: Any, code: ErrorCode) -> Response:
     )
 
 
+def _describe_configs_error(request: Any, code: ErrorCode) -> Response:
+    return DescribeConfigsResponse(
+        results=[
+            DescribeConfigsResult(
+                error_code=code, resource_type=r.resource_type, resource_name=r.resource_name
+            )
+            for r in request.resources
+        ]
+    )
+
+
 _ERROR_BUILDERS: Final[dict[type[Request], Callable[[Any, ErrorCode], Response]]] = {
     ProduceRequest: _produce_error,
     FetchRequest: _fetch_error,
@@ -349,4 +364,5 @@ _ERROR_BUILDERS: Final[dict[type[Request], Callable[[Any, ErrorCode], Response]]
     MetadataRequest: _metadata_error,
     CreateTopicsRequest: _create_topics_error,
     DeleteTopicsRequest: _delete_topics_error,
+    DescribeConfigsRequest: _describe_configs_error,
 }

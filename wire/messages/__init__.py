@@ -5,7 +5,7 @@ definitions live in modules by API group:
 
     base.py     Message / Request / Response, the registry, the generic body codec, ApiKey
     data.py     ApiVersions, Metadata, Produce, Fetch, ListOffsets, OffsetForLeaderEpoch
-    admin.py    CreateTopics, DeleteTopics
+    admin.py    CreateTopics, DeleteTopics, DescribeConfigs, DescribeCluster
     control.py  LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown, AlterPartition,
                 BrokerRegistration, BrokerHeartbeat (cluster credential required)
     auth.py     SaslHandshake, SaslAuthenticate
@@ -30,6 +30,12 @@ from wire.messages.admin import (
     DescribeClusterBroker,
     DescribeClusterRequest,
     DescribeClusterResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResource,
+    DescribeConfigsResourceResult,
+    DescribeConfigsResponse,
+    DescribeConfigsResult,
+    DescribeConfigsSynonym,
 )
 from wire.messages.auth import (
     SaslAuthenticateRequest,
@@ -181,6 +187,12 @@ __all__ = [
     "DescribeClusterBroker",
     "DescribeClusterRequest",
     "DescribeClusterResponse",
+    "DescribeConfigsRequest",
+    "DescribeConfigsResource",
+    "DescribeConfigsResourceResult",
+    "DescribeConfigsResponse",
+    "DescribeConfigsResult",
+    "DescribeConfigsSynonym",
     "EpochEndOffset",
     "FetchPartition",
     "FetchRequest",

@@ -1,5 +1,5 @@
 """Cluster administration, version 0 of ketch's native protocol: CreateTopics (19),
-DeleteTopics (20) and DescribeCluster (60).
+DeleteTopics (20), DescribeConfigs (32) and DescribeCluster (60).
 
 Clients send these to any broker, which forwards them to the controller (as Kafka does since
 KIP-590 for the topic requests); the controller answers. DescribeCluster goes to the controller
@@ -12,8 +12,9 @@ DeleteTopics names topics by name (Kafka's `TopicNames`, versions 0-5).
 # No `from __future__ import annotations`: the codec reads each field's type at class creation.
 
 from dataclasses import dataclass, field
+from typing import Final
 
-from wire.messages.base import ZERO_UUID, ApiKey, Int16, Int32, Request, Response, Uuid
+from wire.messages.base import ZERO_UUID, ApiKey, Int8, Int16, Int32, Request, Response, Uuid
 
 # -- CreateTopics (19) -----------------------------------------------------------------------------
 
@@ -95,6 +96,71 @@ class DeleteTopicsRequest(Request):
     RESPONSE = DeleteTopicsResponse
     topic_names: list[str]
     timeout_ms: Int32 = 60000
+
+
+# -- DescribeConfigs (32) --------------------------------------------------------------------------
+# Answered by the broker that receives it, from the topic configs the controller sent it.
+
+RESOURCE_TOPIC: Final = 2
+RESOURCE_BROKER: Final = 4
+CONFIG_SOURCE_DYNAMIC_TOPIC: Final = 1
+CONFIG_SOURCE_DEFAULT: Final = 5
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeConfigsResource:
+    """resource_type: 2 topic, 4 broker. configuration_keys None or empty: every key."""
+
+    resource_type: Int8
+    resource_name: str
+    configuration_keys: list[str] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeConfigsSynonym:
+    name: str
+    value: str | None
+    source: Int8
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeConfigsResourceResult:
+    """config_source: Kafka's ConfigSource (1 dynamic topic config, 5 default)."""
+
+    name: str
+    value: str | None
+    read_only: bool = False
+    config_source: Int8 = -1
+    is_sensitive: bool = False
+    synonyms: list[DescribeConfigsSynonym] = field(default_factory=list)
+    config_type: Int8 = 0
+    documentation: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeConfigsResult:
+    error_code: Int16 = 0
+    error_message: str | None = None
+    resource_type: Int8
+    resource_name: str
+    configs: list[DescribeConfigsResourceResult] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeConfigsResponse(Response):
+    API_KEY = ApiKey.DESCRIBE_CONFIGS
+    API_VERSION = 0
+    results: list[DescribeConfigsResult] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeConfigsRequest(Request):
+    API_KEY = ApiKey.DESCRIBE_CONFIGS
+    API_VERSION = 0
+    RESPONSE = DescribeConfigsResponse
+    resources: list[DescribeConfigsResource]
+    include_synonyms: bool = False
+    include_documentation: bool = False
 
 
 # -- DescribeCluster (60) --------------------------------------------------------------------------

@@ -395,6 +395,7 @@ KAFKA_API_KEYS = {
     "CREATE_TOPICS": 19,
     "DELETE_TOPICS": 20,
     "INIT_PRODUCER_ID": 22,
+    "DESCRIBE_CONFIGS": 32,
     "OFFSET_FOR_LEADER_EPOCH": 23,
     "SASL_AUTHENTICATE": 36,
     "ALTER_PARTITION": 56,
@@ -410,7 +411,7 @@ def test_api_keys_are_kafkas() -> None:
 
 
 def test_supported_versions_lists_every_implemented_api() -> None:
-    implemented = {0, 1, 2, 3, 4, 5, 6, 7, 17, 18, 19, 20, 22, 23, 36, 56, 60, 62, 63, 67}
+    implemented = {0, 1, 2, 3, 4, 5, 6, 7, 17, 18, 19, 20, 22, 23, 32, 36, 56, 60, 62, 63, 67}
     assert m.supported_versions() == dict.fromkeys(sorted(implemented), (0, 0))
 
 

@@ -15,6 +15,11 @@ from wire.messages import (
     DeletableTopicResult,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResource,
+    DescribeConfigsResourceResult,
+    DescribeConfigsResponse,
+    DescribeConfigsResult,
     EpochEndOffset,
     FetchableTopicResponse,
     FetchPartition,
@@ -133,6 +138,16 @@ REQUESTS: Final[dict[int, Request]] = {
         validate_only=False,
     ),
     ApiKey.DELETE_TOPICS: DeleteTopicsRequest(topic_names=["orders", "audit"], timeout_ms=9000),
+    ApiKey.DESCRIBE_CONFIGS: DescribeConfigsRequest(
+        resources=[
+            DescribeConfigsResource(resource_type=2, resource_name="orders"),
+            DescribeConfigsResource(
+                resource_type=2, resource_name="audit", configuration_keys=["retention.ms"]
+            ),
+        ],
+        include_synonyms=False,
+        include_documentation=True,
+    ),
     ApiKey.INIT_PRODUCER_ID: InitProducerIdRequest(
         transaction_timeout_ms=60_000, producer_id=4000, producer_epoch=3
     ),
@@ -224,6 +239,25 @@ RESPONSES: Final[dict[int, Response]] = {
         responses=[
             DeletableTopicResult(name="orders"),
             DeletableTopicResult(name="audit", error_code=3, error_message="unknown"),
+        ]
+    ),
+    ApiKey.DESCRIBE_CONFIGS: DescribeConfigsResponse(
+        results=[
+            DescribeConfigsResult(
+                resource_type=2,
+                resource_name="orders",
+                configs=[
+                    DescribeConfigsResourceResult(
+                        name="min.insync.replicas", value="2", config_source=1
+                    ),
+                    DescribeConfigsResourceResult(
+                        name="retention.ms", value="604800000", config_source=5
+                    ),
+                ],
+            ),
+            DescribeConfigsResult(
+                error_code=3, error_message="unknown topic", resource_type=2, resource_name="x"
+            ),
         ]
     ),
     ApiKey.INIT_PRODUCER_ID: InitProducerIdResponse(producer_id=4000, producer_epoch=4),
