@@ -29,7 +29,6 @@ import pytest_asyncio
 from confluent_kafka.admin._config import ConfigResource
 
 from bench.failover import ProcessCluster, running_cluster, wait_fully_replicated, wait_until
-from runtime.config import Value
 from runtime.net.tcp import TcpTransport
 from runtime.net.transport import Address
 from tests.integration.kafka_drivers import (
@@ -41,26 +40,15 @@ from tests.integration.kafka_drivers import (
     Read,
     Sent,
 )
+
+# The same short timeouts as the native failover test: a kill is noticed in well under a second.
+from tests.integration.test_cluster_processes import PROPERTIES
 from wire.frames import encode_frame
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 PARTITIONS: Final = 3
 WAIT_S: Final = 30.0
-PROPERTIES: Final[dict[str, Value]] = {
-    "broker.session.timeout.ms": 600,
-    "broker.heartbeat.interval.ms": 100,
-    "replica.lag.time.max.ms": 1_000,
-    "request.timeout.ms": 1_000,
-    "replica.fetch.wait.max.ms": 50,
-    "replica.fetch.backoff.ms": 50,
-    "reconnect.backoff.ms": 10,
-    "reconnect.backoff.max.ms": 100,
-    "retry.backoff.ms": 20,
-    "retry.backoff.max.ms": 100,
-    "controlled.shutdown.retry.backoff.ms": 50,
-    "controlled.shutdown.max.retries": 2,
-}
 TOPIC_CONFIGS: Final = {"min.insync.replicas": "2"}
 
 
