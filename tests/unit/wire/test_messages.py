@@ -390,6 +390,8 @@ KAFKA_API_KEYS = {
     "HEARTBEAT": 12,
     "LEAVE_GROUP": 13,
     "SYNC_GROUP": 14,
+    "DESCRIBE_GROUPS": 15,
+    "LIST_GROUPS": 16,
     "SASL_HANDSHAKE": 17,
     "API_VERSIONS": 18,
     "CREATE_TOPICS": 19,
@@ -411,7 +413,8 @@ def test_api_keys_are_kafkas() -> None:
 
 
 def test_supported_versions_lists_every_implemented_api() -> None:
-    implemented = {0, 1, 2, 3, 4, 5, 6, 7, 17, 18, 19, 20, 22, 23, 32, 36, 56, 60, 62, 63, 67}
+    implemented = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 22}
+    implemented |= {23, 32, 36, 56, 60, 62, 63, 67}
     assert m.supported_versions() == dict.fromkeys(sorted(implemented), (0, 0))
 
 
@@ -429,7 +432,7 @@ def test_control_plane_keys() -> None:
     assert {4, 5, 6, 7, 56, 62, 63, 67} == m.CONTROL_PLANE_API_KEYS
 
 
-@pytest.mark.parametrize(("key", "version"), [(0, 1), (99, 0), (10, 0), (-1, 0)])
+@pytest.mark.parametrize(("key", "version"), [(0, 1), (99, 0), (10, 1), (-1, 0)])
 def test_unknown_api_or_version_is_unsupported(key: int, version: int) -> None:
     with pytest.raises(UnsupportedVersionError) as info:
         m.request_class(key, version)
