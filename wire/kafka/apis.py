@@ -8,7 +8,8 @@ and the few places where Kafka's semantics need more than the field-by-field con
 - Metadata v0 asks for every topic with an empty list (v1+ with null).
 - Fetch v13+ names topics by topic id (the native Fetch by name): ids are resolved through the
   broker's metadata (`TopicIds`) on the way in and back on the way out; an id the broker does not
-  know is answered UNKNOWN_TOPIC_ID for its partitions, as Kafka does. v15+ moves the replica id
+  know is left out of the native fetch and answered UNKNOWN_TOPIC_ID for its partitions, as
+  Kafka does. v15+ moves the replica id
   into a tagged `replica_state`.
 - Fetch and ListOffsets from a Kafka client must be a consumer's: a `replica_id` of a broker would
   move a follower's state, which only the native listener's cluster members may do. Such
@@ -132,26 +133,35 @@ def _metadata_request(body: Any, version: int, topics: TopicIds) -> tuple[Reques
 
 FETCH_BY_TOPIC_ID: Final = 13
 FETCH_REPLICA_STATE: Final = 15
-# The name an unknown topic id is fetched under: not a legal topic name ('/' is refused), so the
-# native fetch answers UNKNOWN_TOPIC_OR_PARTITION for it, and the answer maps it back to the id.
-_UNKNOWN_ID_PREFIX: Final = "unknown-topic-id/"
+
+
+@dataclass(frozen=True, slots=True)
+class FetchByIds:
+    """What a Fetch v13+ answer needs: the id of each topic fetched by name, and the topic ids
+    the broker does not know (left out of the native fetch, answered UNKNOWN_TOPIC_ID)."""
+
+    ids: dict[str, bytes]
+    unknown: list[tuple[bytes, list[int]]]
 
 
 def _fetch_request(body: Any, version: int, topics: TopicIds) -> tuple[Request, object]:
     if version < FETCH_BY_TOPIC_ID:
         return to_native(body, FetchRequest), None
-    ids: dict[str, bytes] = {}  # the name each requested id was fetched under -> that id
+    note = FetchByIds({}, [])
     native_topics = []
     for topic in body.topics:
         topic_id = topic.topic_id.bytes
-        name = topics.name_of(topic_id) or _UNKNOWN_ID_PREFIX + topic_id.hex()
-        ids[name] = topic_id
+        name = topics.name_of(topic_id)
+        if name is None:
+            note.unknown.append((topic_id, [p.partition for p in topic.partitions]))
+            continue
+        note.ids[name] = topic_id
         partitions = [to_native(p, FetchPartition) for p in topic.partitions]
         native_topics.append(FetchTopic(topic=name, partitions=partitions))
     given: dict[str, Any] = {"topics": native_topics}
     if version >= FETCH_REPLICA_STATE:
         given["replica_id"] = body.replica_state.replica_id
-    return to_native(body, FetchRequest, **given), ids
+    return to_native(body, FetchRequest, **given), note
 
 
 def _fetch_response(
@@ -160,26 +170,28 @@ def _fetch_response(
     if note is None:
         return to_kio(response, response_cls)
     assert isinstance(response, FetchResponse)
-    assert isinstance(note, dict)
+    assert isinstance(note, FetchByIds)
     topic_cls = element_class(response_cls, "responses")
     partition_cls = element_class(topic_cls, "partitions")
-    answers = []
-    for topic in response.responses:
-        topic_id = note.get(topic.topic) or topics.id_of(topic.topic)
-        partitions = topic.partitions
-        if topic.topic.startswith(_UNKNOWN_ID_PREFIX):
-            partitions = [_with_code(p, ErrorCode.UNKNOWN_TOPIC_ID) for p in partitions]
+    answers = [
+        topic_cls(
+            topic_id=uuid.UUID(bytes=note.ids.get(topic.topic) or topics.id_of(topic.topic)),
+            partitions=tuple(to_kio(p, partition_cls) for p in topic.partitions),
+        )
+        for topic in response.responses
+    ]
+    for topic_id, partitions in note.unknown:
+        unknown = [
+            FetchResponsePartition(partition_index=p, error_code=ErrorCode.UNKNOWN_TOPIC_ID)
+            for p in partitions
+        ]
         answers.append(
             topic_cls(
                 topic_id=uuid.UUID(bytes=topic_id),
-                partitions=tuple(to_kio(p, partition_cls) for p in partitions),
+                partitions=tuple(to_kio(p, partition_cls) for p in unknown),
             )
         )
     return to_kio(response, response_cls, responses=tuple(answers))
-
-
-def _with_code(partition: FetchResponsePartition, code: ErrorCode) -> FetchResponsePartition:
-    return FetchResponsePartition(partition_index=partition.partition_index, error_code=code)
 
 
 def _consumers_only(request: Request) -> ErrorCode | None:

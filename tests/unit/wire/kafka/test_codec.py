@@ -16,7 +16,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
 from wire.errors import ErrorCode, ProtocolError
-from wire.kafka.apis import APIS, error_response
+from wire.kafka.apis import APIS, FetchByIds, error_response
 from wire.kafka.codec import (
     KafkaFrameError,
     decode_request,
@@ -105,14 +105,15 @@ def native_round_trip_request(api_key: int, version: int) -> Any:
     assert request.client_id == "test-client"
     native, note = APIS[api_key].native_request(request.body, version, TOPICS)
     if note is not None:  # Fetch by topic id: fetched under the name the id resolves to
-        assert note == {"orders": TOPIC_ID}
+        assert note == FetchByIds({"orders": TOPIC_ID}, [])
     return native
 
 
 def native_round_trip_response(api_key: int, version: int) -> Any:
     response_cls = schema(api_key, version, EntityType.response)
     api = APIS[api_key]
-    note = {"orders": TOPIC_ID} if api_key == ApiKey.FETCH and version >= 13 else None
+    by_id = api_key == ApiKey.FETCH and version >= 13
+    note = FetchByIds({"orders": TOPIC_ID}, []) if by_id else None
     kio_body = api.kio_response(RESPONSES[api_key], response_cls, note, TOPICS)
     correlation_id, body = response_body(encode_response(77, kio_body), response_cls)
     assert correlation_id == 77
@@ -331,17 +332,13 @@ def test_fetch_by_topic_id_answers_unknown_ids_with_unknown_topic_id(version: in
     api = APIS[ApiKey.FETCH]
     native, note = api.native_request(body, version, TOPICS)
     assert isinstance(native, FetchRequest)
-    names = [t.topic for t in native.topics]
-    assert names[0] == "orders"
-    assert "/" in names[1]  # not a legal topic name: the native fetch cannot find it
-    # The native answer for the unknown name is UNKNOWN_TOPIC_OR_PARTITION; Kafka's is by id.
+    # The unknown id is left out of the native fetch (no name to fetch it under).
+    assert [t.topic for t in native.topics] == ["orders"]
     answer = FetchResponse(
         responses=[
             FetchableTopicResponse(
-                topic=name,
-                partitions=[FetchResponsePartition(partition_index=0, error_code=code)],
+                topic="orders", partitions=[FetchResponsePartition(partition_index=0)]
             )
-            for name, code in zip(names, (0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), strict=True)
         ]
     )
     response_cls = schema(ApiKey.FETCH, version, EntityType.response)
