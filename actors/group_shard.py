@@ -428,9 +428,9 @@ class GroupShard(Actor):
         self._arm_session(group, member_id)
         if group.is_in(GroupState.PREPARING_REBALANCE):
             self._extend_initial_delay(group)
-            self._maybe_complete_join(group)
         else:
             self._prepare_rebalance(group)
+        self._maybe_complete_join(group)  # without an initial delay, a lone joiner is done
 
     def _join_known(
         self,
@@ -465,6 +465,7 @@ class GroupShard(Actor):
             member.protocols = protocols
             waits.joins[member.member_id] = answer
             self._prepare_rebalance(group)
+            self._maybe_complete_join(group)
 
     def _prepare_rebalance(self, group: Group) -> None:
         waits = self._waits(group.group_id)

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from actors.fetcher import ReplicaFetcherConfig
+from actors.group_config import GroupCoordinatorConfig
 from actors.metadata_cache import DEFAULT_LISTENER
 from actors.replica_manager import ReplicaManagerConfig
 from actors.request_path import DEFAULT_MESSAGE_MAX_BYTES
@@ -137,6 +138,8 @@ class BrokerConfig:
     client: ClientConfig = field(default_factory=ClientConfig)
     lifecycle: BrokerLifecycleConfig = field(default_factory=BrokerLifecycleConfig)
     metrics_port: int = METRICS_DISABLED
+    # The consumer-group coordinator (offsets.* and group.* keys, actors/group_config.py).
+    groups: GroupCoordinatorConfig = field(default_factory=GroupCoordinatorConfig)
 
     def __post_init__(self) -> None:
         if self.broker_id < 0:
@@ -207,6 +210,7 @@ class BrokerConfig:
             client=ClientConfig.from_properties(_client_properties(properties)),
             lifecycle=BrokerLifecycleConfig.from_properties(properties),
             metrics_port=metrics_port(properties),
+            groups=GroupCoordinatorConfig.from_properties(properties),
         )
 
 
@@ -271,8 +275,8 @@ def property_defaults() -> dict[str, bool | int | float | str]:
     }
     for key, name in _BROKER_LOG_FIELDS.items():
         defaults[key] = getattr(log_defaults, name)
-    component: ReplicaFetcherConfig | ServerConfig | BrokerLifecycleConfig
-    for component in (fetcher, server, lifecycle):
+    component: ReplicaFetcherConfig | ServerConfig | BrokerLifecycleConfig | GroupCoordinatorConfig
+    for component in (fetcher, server, lifecycle, GroupCoordinatorConfig()):
         for key in component.PROPERTIES:
             defaults[key] = getattr(component, key.replace(".", "_"))
     for key in _CLIENT_KEYS:

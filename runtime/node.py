@@ -17,6 +17,9 @@ It builds and wires the broker's parts and owns their lifetimes:
                             supervisor of the partition actors (a fatal log error marks that
                             partition offline and is logged, the broker keeps serving)
     RequestPath             Produce / Fetch / ListOffsets / OffsetForLeaderEpoch
+    GroupCoordinator        consumer groups and committed offsets on __consumer_offsets, one
+                            actor per led offsets partition, moved by the ReplicaManager's
+                            leadership hook (runtime/broker_groups.py has the handlers)
     Server                  the native listener, handlers by API key; control-plane requests
                             are served only on connections that proved the cluster secret
     Server (kafka)          with a `kafka` entry in `listeners`: the Kafka wire protocol for
@@ -60,6 +63,7 @@ from actors.alter_partition_manager import AlterPartitionManager
 from actors.delayed import DelayedOperations
 from actors.fetcher import BrokerEndpoint, FetcherClient
 from actors.fetcher_manager import ReplicaFetcherManager
+from actors.group_coordinator import GroupCoordinator
 from actors.partition_messages import ACKS_NONE
 from actors.replica_manager import (
     HandleLeaderAndIsr,
@@ -71,7 +75,9 @@ from actors.replica_manager import (
 from actors.request_path import RequestPath
 from runtime.actor import ActorStatistics
 from runtime.broker_config import KAFKA_LISTENER, BrokerConfig
+from runtime.broker_groups import BrokerGroups
 from runtime.broker_lifecycle import BrokerLifecycle, ControllerForwarder
+from runtime.broker_offsets_log import RequestPathOffsetsLog
 from runtime.clock import Clock
 from runtime.describe_configs import TopicConfigSource, describe_configs
 from runtime.log.manager import LoadedDir, LogManager
@@ -81,6 +87,7 @@ from runtime.net.kafka_dialect import KafkaProtocol
 from runtime.net.server import Handler, RequestContext, Server
 from runtime.net.transport import Address, Transport
 from runtime.producer_ids import ProducerIdManager
+from wire.group_records import OFFSETS_TOPIC
 from wire.messages import (
     CONTROL_PLANE_API_KEYS,
     AllocateProducerIdsRequest,
@@ -240,6 +247,10 @@ class BrokerNode:
             self.fetchers,
             self.delayed,
             self.alter_partition,
+            # Seed 002: leadership of __consumer_offsets partitions moves the groups with it.
+            on_leadership_change=lambda leaders, followers: (
+                self.group_coordinator.on_leadership_change(leaders, followers)
+            ),
             isr_change_listener=self.metrics.isr_changes,
             clock=clock,
         )
@@ -249,6 +260,18 @@ class BrokerNode:
             message_max_bytes=config.message_max_bytes,
             # The topic's override (from the controller's topic configs), else the broker's.
             min_insync_replicas=lambda topic: self.replica_manager.min_insync_replicas(topic),
+        )
+        self.group_coordinator = GroupCoordinator(
+            RequestPathOffsetsLog(self.request_path, config.groups.offsets_commit_timeout_ms),
+            config.groups,
+            clock=clock,
+            offsets_partitions=self._offsets_partitions,
+            seed=self.broker_id,
+        )
+        self.groups = BrokerGroups(
+            self.group_coordinator,
+            metadata=lambda: self.replica_manager.metadata,
+            create_topics=self.forwarder.create_topics,
         )
         # Latency is the one per-request metric; a node without an endpoint skips it.
         observer = None if self.metrics_server is None else self.metrics.requests.observe
@@ -327,8 +350,12 @@ class BrokerNode:
             )
         return listeners
 
+    def _offsets_partitions(self) -> int | None:
+        topic = self.replica_manager.metadata.topics.get(OFFSETS_TOPIC)
+        return None if topic is None else len(topic.partitions)
+
     def _handlers(self) -> dict[int, Handler]:
-        return {
+        return self.groups.handlers(self.config.listener_name, kafka=False) | {
             ApiKey.CREATE_TOPICS: self._create_topics,
             ApiKey.DELETE_TOPICS: self._delete_topics,
             ApiKey.DESCRIBE_CLUSTER: self._describe_cluster,
@@ -352,7 +379,7 @@ class BrokerNode:
             if key not in CONTROL_PLANE_API_KEYS
         }
         handlers[ApiKey.METADATA] = self._kafka_metadata
-        return handlers
+        return handlers | self.groups.handlers(KAFKA_LISTENER, kafka=True)
 
     # -- handlers (the server refuses the control-plane ones on unauthenticated connections) ----
 
@@ -458,6 +485,7 @@ class BrokerNode:
                 self.log_manager.run(), name=f"log-manager@{self.broker_id}"
             )
             await self.alter_partition.start()
+            await self.group_coordinator.start()  # before leadership can move to it
             await self.replica_manager.start()
             await self.server.start()
             if self.kafka_server is not None:
@@ -490,6 +518,7 @@ class BrokerNode:
         await self._stop_metrics_server()
         await self._stop_servers()
         await self.fetchers.shutdown()
+        await self._stop_groups()
         await self.replica_manager.stop()  # partition actors stop; last HW checkpoint
         self.delayed.close()
         await self.alter_partition.stop()
@@ -515,6 +544,7 @@ class BrokerNode:
         await self._stop_metrics_server()
         await self._stop_servers()
         await self.fetchers.shutdown()
+        await self._stop_groups()
         await self.replica_manager.abort()
         self.delayed.close()
         await self.alter_partition.stop()
@@ -522,6 +552,10 @@ class BrokerNode:
         await self._stop_log_task()
         self.log_manager.abandon()
         await self._close_clients()
+
+    async def _stop_groups(self) -> None:
+        await self.groups.stop()
+        await self.group_coordinator.stop()
 
     async def _stop_servers(self) -> None:
         servers = [self.server] if self.kafka_server is None else [self.server, self.kafka_server]

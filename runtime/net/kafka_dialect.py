@@ -87,8 +87,6 @@ class KafkaDialect:
         response_cls = schema(request.api_key, request.api_version, EntityType.response)
         if api.key == ApiKey.API_VERSIONS:
             return encode_response(request.correlation_id, self.api_versions(response_cls))
-        if api.answer is not None:
-            return encode_response(request.correlation_id, api.answer(request.body, response_cls))
         try:
             native, note = api.native_request(request.body, request.api_version, protocol.topics)
         except (TypeError, ValueError) as exc:

@@ -394,7 +394,16 @@ class _Connection:
             context.correlation_id,
             context.peer,
         )
-        return self.dialect.error(call, ErrorCode.UNKNOWN_SERVER_ERROR)
+        try:
+            return self.dialect.error(call, ErrorCode.UNKNOWN_SERVER_ERROR)
+        except Exception:
+            # Not even an error answer can be framed: the request keeps its place in the order
+            # with no answer, and the connection is closed (the client retries elsewhere).
+            _log.exception(
+                "cannot answer request %d; closing the connection", context.correlation_id
+            )
+            self.server.spawn(self.close())
+            return b""
 
     async def deferred_flush(self) -> None:
         self.flush_scheduled = False

@@ -275,7 +275,7 @@ def test_unknown_property_names_are_reported_not_fatal(tmp_path: Path) -> None:
     )  # fmt: skip
     settings = settings_from_args(args)
     assert settings.unknown == (
-        "unknown property 'num.partitions'",
+        "unknown property 'num.partitions' (did you mean 'offsets.topic.num.partitions'?)",
         "unknown property 'replica.lag.time.max' (did you mean 'replica.lag.time.max.ms'?)",
     )
     assert settings.effective.source("replica.lag.time.max") is Source.FILE

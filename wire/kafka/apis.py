@@ -15,9 +15,9 @@ and the few places where Kafka's semantics need more than the field-by-field con
   move a follower's state, which only the native listener's cluster members may do. Such
   requests are refused per partition (Kafka answers them the same way to an unauthorised
   principal).
-- FindCoordinator is answered here, without a handler, with COORDINATOR_NOT_AVAILABLE and a
-  message saying why: ketch has no group or transaction coordinator yet, so a consumer that
-  uses `assign()` works and one that joins a group is told what is missing.
+- FindCoordinator v0-3 ask for one key and answer at the top level (the native message is v4's
+  batched form); LeaveGroup v0-2 name one member; OffsetFetch v1 has no top-level error, so an
+  error is answered on each requested partition.
 
 A handler that fails is answered the way Kafka answers an unexpected exception: the request's
 own topics and partitions, each with the error code (`error_response`).
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from wire.errors import ErrorCode
@@ -43,6 +43,7 @@ from wire.messages import (
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     DescribeConfigsResult,
+    DescribeGroupsRequest,
     EpochEndOffset,
     FetchableTopicResponse,
     FetchPartition,
@@ -50,14 +51,27 @@ from wire.messages import (
     FetchResponse,
     FetchResponsePartition,
     FetchTopic,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    HeartbeatRequest,
     InitProducerIdRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    ListGroupsRequest,
     ListOffsetsPartitionResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
     ListOffsetsTopicResponse,
+    MemberIdentity,
     MetadataRequest,
     MetadataResponse,
     MetadataResponseTopic,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    OffsetFetchResponsePartition,
+    OffsetFetchResponseTopic,
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
     OffsetForLeaderTopicResult,
@@ -66,6 +80,7 @@ from wire.messages import (
     ProduceResponse,
     Request,
     Response,
+    SyncGroupRequest,
     TopicProduceResponse,
 )
 
@@ -89,7 +104,7 @@ ResponseHook = Callable[[Response, type[Any], object, TopicIds], Any]
 
 @dataclass(frozen=True, slots=True)
 class KafkaApi:
-    """One served API. `native` is None for an API answered without a handler (`answer`)."""
+    """One served API. `native` is None only for ApiVersions (the dialect answers it)."""
 
     key: ApiKey
     low: int
@@ -100,8 +115,6 @@ class KafkaApi:
     response_hook: ResponseHook | None = None
     # An error to answer instead of serving the request (a replica id on a consumer API).
     refuse: Callable[[Request], ErrorCode | None] | None = None
-    # kio request body -> kio response body, for APIs without a handler.
-    answer: Callable[[Any, type[Any]], Any] | None = None
 
     def serves(self, version: int) -> bool:
         return self.low <= version <= self.high
@@ -199,47 +212,96 @@ def _consumers_only(request: Request) -> ErrorCode | None:
     return None if replica_id < 0 else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
 
 
-_NO_GROUPS: Final = (
-    "ketch has no group coordinator yet: consumer groups and committed offsets are not served; "
-    "consume with assign() and explicit offsets"
-)
-_NO_TRANSACTIONS: Final = "ketch has no transaction coordinator: transactions are not supported"
-_TRANSACTION_KEY_TYPE: Final = 1
+FIND_COORDINATOR_BATCHED: Final = 4
+LEAVE_GROUP_BATCHED: Final = 3
+OFFSET_FETCH_TOP_LEVEL_ERROR: Final = 2
 
 
 @dataclass(frozen=True, slots=True)
-class _Coordinator:
-    key: str
+class _SingleCoordinator:
+    """FindCoordinator v0-3's answer: one coordinator, at the top level."""
+
     error_code: int
-    error_message: str
-    node_id: int = -1
-    host: str = ""
-    port: int = -1
+    error_message: str | None
+    node_id: int
+    host: str
+    port: int
 
 
-@dataclass(frozen=True, slots=True)
-class _FindCoordinatorAnswer:
-    error_code: int
-    error_message: str
-    node_id: int = -1
-    host: str = ""
-    port: int = -1
-    coordinators: list[_Coordinator] = field(default_factory=list)
-
-
-def _find_coordinator(body: Any, response_cls: type[Any]) -> Any:
-    # v0 has no key type: it asks for a group coordinator.
+def _find_coordinator_request(body: Any, version: int, topics: TopicIds) -> tuple[Request, object]:
+    if version >= FIND_COORDINATOR_BATCHED:
+        return to_native(body, FindCoordinatorRequest), None
+    # v0 has no key type (it asks for a group coordinator); v0-3 ask for one key.
     key_type = getattr(body, "key_type", 0)
-    message = _NO_TRANSACTIONS if key_type == _TRANSACTION_KEY_TYPE else _NO_GROUPS
-    code = ErrorCode.COORDINATOR_NOT_AVAILABLE
-    # v0-3 ask for one key (`key`), v4+ for several (`coordinator_keys`), answered one by one.
-    keys = getattr(body, "coordinator_keys", ())
-    return to_kio(
-        _FindCoordinatorAnswer(
-            code, message, coordinators=[_Coordinator(key, code, message) for key in keys]
-        ),
-        response_cls,
-    )
+    return FindCoordinatorRequest(key_type=key_type, coordinator_keys=[body.key]), None
+
+
+def _find_coordinator_response(
+    response: Response, response_cls: type[Any], note: object, topics: TopicIds
+) -> Any:
+    assert isinstance(response, FindCoordinatorResponse)
+    if "coordinators" in response_cls.__dataclass_fields__:
+        return to_kio(response, response_cls)
+    first = response.coordinators[0] if response.coordinators else None
+    if first is None:  # an error answer without the key
+        single = _SingleCoordinator(response.error_code, None, -1, "", -1)
+    else:
+        single = _SingleCoordinator(
+            first.error_code, first.error_message, first.node_id, first.host, first.port
+        )
+    return to_kio(single, response_cls)
+
+
+def _leave_group_request(body: Any, version: int, topics: TopicIds) -> tuple[Request, object]:
+    if version >= LEAVE_GROUP_BATCHED:
+        return to_native(body, LeaveGroupRequest), None
+    # v0-2: one member, by id.
+    member = MemberIdentity(member_id=body.member_id)
+    return LeaveGroupRequest(group_id=body.group_id, members=[member]), None
+
+
+def _leave_group_response(
+    response: Response, response_cls: type[Any], note: object, topics: TopicIds
+) -> Any:
+    assert isinstance(response, LeaveGroupResponse)
+    if response.error_code == ErrorCode.NONE and "members" not in response_cls.__dataclass_fields__:
+        # v0-2 carry only the top-level code: the one member's outcome.
+        codes = [m.error_code for m in response.members if m.error_code != ErrorCode.NONE]
+        if codes:
+            response = LeaveGroupResponse(error_code=codes[0])
+    return to_kio(response, response_cls)
+
+
+def _offset_fetch_request(body: Any, version: int, topics: TopicIds) -> tuple[Request, object]:
+    request = to_native(body, OffsetFetchRequest)
+    return request, request
+
+
+def _offset_fetch_response(
+    response: Response, response_cls: type[Any], note: object, topics: TopicIds
+) -> Any:
+    assert isinstance(response, OffsetFetchResponse)
+    assert isinstance(note, OffsetFetchRequest)
+    if (
+        response.error_code != ErrorCode.NONE
+        and "error_code" not in response_cls.__dataclass_fields__
+    ):
+        # v1 has no top-level error: each requested partition carries it.
+        response = OffsetFetchResponse(
+            topics=[
+                OffsetFetchResponseTopic(
+                    name=topic.name,
+                    partitions=[
+                        OffsetFetchResponsePartition(
+                            partition_index=p, metadata="", error_code=response.error_code
+                        )
+                        for p in topic.partition_indexes
+                    ],
+                )
+                for topic in note.topics or ()
+            ]
+        )
+    return to_kio(response, response_cls)
 
 
 API_VERSIONS_RANGE: Final = (0, 3)
@@ -265,7 +327,36 @@ APIS: Final[dict[int, KafkaApi]] = {
         KafkaApi(ApiKey.DELETE_TOPICS, 1, 4, DeleteTopicsRequest),
         KafkaApi(ApiKey.INIT_PRODUCER_ID, 0, 4, InitProducerIdRequest),
         KafkaApi(ApiKey.DESCRIBE_CONFIGS, 1, 4, DescribeConfigsRequest),
-        KafkaApi(ApiKey.FIND_COORDINATOR, 0, 4, answer=_find_coordinator),
+        KafkaApi(
+            ApiKey.FIND_COORDINATOR,
+            0,
+            4,
+            FindCoordinatorRequest,
+            request_hook=_find_coordinator_request,
+            response_hook=_find_coordinator_response,
+        ),
+        KafkaApi(ApiKey.JOIN_GROUP, 0, 7, JoinGroupRequest),
+        KafkaApi(ApiKey.SYNC_GROUP, 0, 5, SyncGroupRequest),
+        KafkaApi(ApiKey.HEARTBEAT, 0, 4, HeartbeatRequest),
+        KafkaApi(
+            ApiKey.LEAVE_GROUP,
+            0,
+            5,
+            LeaveGroupRequest,
+            request_hook=_leave_group_request,
+            response_hook=_leave_group_response,
+        ),
+        KafkaApi(ApiKey.OFFSET_COMMIT, 2, 8, OffsetCommitRequest),
+        KafkaApi(
+            ApiKey.OFFSET_FETCH,
+            1,
+            7,
+            OffsetFetchRequest,
+            request_hook=_offset_fetch_request,
+            response_hook=_offset_fetch_response,
+        ),
+        KafkaApi(ApiKey.DESCRIBE_GROUPS, 0, 5, DescribeGroupsRequest),
+        KafkaApi(ApiKey.LIST_GROUPS, 0, 4, ListGroupsRequest),
     )
 }
 

@@ -94,6 +94,11 @@ def _kio_step(field: dataclasses.Field[Any], names: set[str], target: type) -> S
         return _store(name, source, lambda v: None if v is None else tuple(v))
     convert = _KIO_PRIMITIVES.get(kafka_type or "")
     if convert is None:
+        if kafka_type in _EMPTY_FOR_NULL and not optional:
+            # A field nullable in newer versions only (JoinGroup's protocol_name before v7):
+            # Kafka writes the empty value where the version cannot say null.
+            empty = _EMPTY_FOR_NULL[kafka_type]
+            return _store(name, source, lambda v: empty if v is None else v)
         return _store(name, source, None)
     if kafka_type == "datetime_i64" and optional:
         return _store(name, source, _optional_datetime)
@@ -175,6 +180,8 @@ def _optional_datetime(ms: int) -> datetime.datetime | None:
 def _uuid(raw: bytes) -> uuid.UUID:
     return uuid.UUID(bytes=bytes(raw))
 
+
+_EMPTY_FOR_NULL: Final[dict[str, object]] = {"string": "", "bytes": b""}
 
 _KIO_PRIMITIVES: Final[dict[str, Callable[[Any], Any]]] = {
     "error_code": _error_code,

@@ -423,3 +423,36 @@ async def test_a_groups_offsets_expire_once_it_has_been_empty_for_the_retention(
     clock.advance(31_000)
     await until(lambda: "g" not in shard.groups, "group and its offsets expired")
     assert await committed(shard) == {}
+
+
+async def test_without_an_initial_delay_a_lone_member_is_answered_at_once(
+    clock: ManualClock, offsets_log: MemoryOffsetsLog
+) -> None:
+    shard = GroupShard(
+        0,
+        offsets_log,
+        GroupCoordinatorConfig(group_initial_rebalance_delay_ms=0, group_min_session_timeout_ms=1),
+        clock=clock,
+        seed=SEED,
+    )
+    await shard.start()
+    try:
+        await until(lambda: not shard.loading, "loaded")
+        member_id, pending = await new_member(shard, "a")
+        answer = await result(pending)  # no clock movement needed
+        assert (answer.generation_id, answer.leader) == (1, member_id)
+        # A known member rejoining with new protocols while Stable rebalances at once as well.
+        synced = await shard.ask(sync(1, member_id, {member_id: b"x"}))
+        assert (await result(synced)).assignment == b"x"
+        rejoin = JoinGroupRequest(
+            group_id="g", session_timeout_ms=SESSION_MS, member_id=member_id,
+            protocol_type="consumer",
+            protocols=[
+                JoinGroupRequestProtocol(name="roundrobin", metadata=b""),
+                JoinGroupRequestProtocol(name="range", metadata=b""),
+            ],
+        )  # fmt: skip
+        again = await result(await shard.ask(Join(rejoin, "a", "h")))
+        assert (again.generation_id, again.protocol_name) == (2, "roundrobin")
+    finally:
+        await shard.stop()

@@ -202,12 +202,11 @@ async def test_api_versions_lists_what_is_served(version: int) -> None:
         assert correlation_id == 5
         assert body.error_code is KioErrorCode.none
         ranges = {k.api_key: (k.min_version, k.max_version) for k in body.api_keys}
-        # Only APIs with a handler, plus the two answered by the dialect itself.
+        # Only APIs with a handler, plus ApiVersions (answered by the dialect itself).
         assert ranges == {
             ApiKey.PRODUCE: (3, 9),
             ApiKey.FETCH: (4, 16),
             ApiKey.METADATA: (0, 12),
-            ApiKey.FIND_COORDINATOR: (0, 4),
             ApiKey.API_VERSIONS: (0, 3),
         }
 
@@ -312,32 +311,3 @@ async def test_a_fetch_claiming_a_replica_id_is_refused_without_reaching_the_han
         await client.send_native(dataclasses.replace(fetch, replica_id=-1), 12, 7)
         assert (await client.response(ApiKey.FETCH, 12))[0] == 7
         assert len(h.recorder.requests) == 1
-
-
-@pytest.mark.parametrize("version", range(5))
-async def test_find_coordinator_says_there_is_no_group_coordinator(version: int) -> None:
-    request_cls = schema(ApiKey.FIND_COORDINATOR, version, EntityType.request)
-    fields = request_cls.__dataclass_fields__
-    kwargs: dict[str, Any] = {}
-    if "key" in fields:
-        kwargs["key"] = "my-group"
-    if "key_type" in fields:
-        kwargs["key_type"] = 0
-    if "coordinator_keys" in fields:
-        kwargs["coordinator_keys"] = ("g1", "g2")
-    async with Harness() as h:
-        client = await h.connect()
-        await client.send(ApiKey.FIND_COORDINATOR, version, 11, request_cls(**kwargs))
-        correlation_id, body = await client.response(ApiKey.FIND_COORDINATOR, version)
-        assert correlation_id == 11
-        if version >= 4:
-            assert [(c.key, c.error_code) for c in body.coordinators] == [
-                ("g1", KioErrorCode.coordinator_not_available),
-                ("g2", KioErrorCode.coordinator_not_available),
-            ]
-            assert "no group coordinator" in body.coordinators[0].error_message
-        else:
-            assert body.error_code is KioErrorCode.coordinator_not_available
-            assert body.node_id == -1
-            if version >= 1:
-                assert "no group coordinator" in body.error_message

@@ -7,8 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.static.constants import EntityType
 
+from tests.unit.runtime.net.test_kafka_dialect import NoTopicIds
+from wire.kafka.apis import APIS
 from wire.kafka.codec import decode_request, encode_response, read_prefix, schema
 from wire.kafka.convert import to_kio, to_native
 from wire.messages import (
@@ -213,3 +216,69 @@ def test_the_newest_served_version_carries_every_field(
     response_cls = schema(api_key, version, EntityType.response)
     _, decoded = response_body(encode_response(5, to_kio(response, response_cls)), response_cls)
     assert to_native(decoded, type(response)) == response
+
+
+TOPICS = NoTopicIds()
+
+
+@pytest.mark.parametrize("version", range(4))
+def test_find_coordinator_v0_to_v3_ask_for_one_key_and_answer_at_the_top(version: int) -> None:
+    api = APIS[ApiKey.FIND_COORDINATOR]
+    request_cls = schema(ApiKey.FIND_COORDINATOR, version, EntityType.request)
+    fields = request_cls.__dataclass_fields__
+    body = request_cls(key="g", **({"key_type": 0} if "key_type" in fields else {}))
+    native, note = api.native_request(body, version, TOPICS)
+    assert native == FindCoordinatorRequest(key_type=0, coordinator_keys=["g"])
+    response_cls = schema(ApiKey.FIND_COORDINATOR, version, EntityType.response)
+    found = FindCoordinatorResponse(
+        coordinators=[Coordinator(key="g", node_id=2, host="h", port=19094)]
+    )
+    _, decoded = response_body(
+        encode_response(1, api.kio_response(found, response_cls, note, TOPICS)), response_cls
+    )
+    assert (decoded.node_id, decoded.host, decoded.port) == (2, "h", 19094)
+    missing = FindCoordinatorResponse(
+        coordinators=[Coordinator(key="g", error_code=15, error_message="creating")]
+    )
+    _, decoded = response_body(
+        encode_response(1, api.kio_response(missing, response_cls, note, TOPICS)), response_cls
+    )
+    assert decoded.error_code == KioErrorCode.coordinator_not_available
+
+
+@pytest.mark.parametrize("version", range(3))
+def test_leave_group_v0_to_v2_name_one_member(version: int) -> None:
+    api = APIS[ApiKey.LEAVE_GROUP]
+    request_cls = schema(ApiKey.LEAVE_GROUP, version, EntityType.request)
+    native, note = api.native_request(request_cls(group_id="g", member_id="m"), version, TOPICS)
+    assert native == LeaveGroupRequest(group_id="g", members=[MemberIdentity(member_id="m")])
+    response_cls = schema(ApiKey.LEAVE_GROUP, version, EntityType.response)
+    unknown = LeaveGroupResponse(members=[MemberResponse(member_id="m", error_code=25)])
+    kio_answer = api.kio_response(unknown, response_cls, note, TOPICS)
+    assert kio_answer.error_code == KioErrorCode.unknown_member_id
+
+
+def test_offset_fetch_v1_reports_errors_per_partition() -> None:
+    api = APIS[ApiKey.OFFSET_FETCH]
+    request = OffsetFetchRequest(
+        group_id="g", topics=[OffsetFetchRequestTopic(name="orders", partition_indexes=[0, 2])]
+    )
+    request_cls = schema(ApiKey.OFFSET_FETCH, 1, EntityType.request)
+    native, note = api.native_request(to_kio(request, request_cls), 1, TOPICS)
+    assert native == request
+    response_cls = schema(ApiKey.OFFSET_FETCH, 1, EntityType.response)
+    answer = api.kio_response(OffsetFetchResponse(error_code=16), response_cls, note, TOPICS)
+    assert [(p.partition_index, p.error_code) for p in answer.topics[0].partitions] == [
+        (0, KioErrorCode.not_coordinator),
+        (2, KioErrorCode.not_coordinator),
+    ]
+
+
+@pytest.mark.parametrize("version", range(8))
+def test_a_join_error_encodes_at_every_version(version: int) -> None:
+    """MEMBER_ID_REQUIRED carries no protocol: null where v7 allows it, "" before."""
+    response_cls = schema(ApiKey.JOIN_GROUP, version, EntityType.response)
+    answer = JoinGroupResponse(error_code=79, member_id="c-1")
+    _, decoded = response_body(encode_response(1, to_kio(answer, response_cls)), response_cls)
+    assert decoded.member_id == "c-1"
+    assert decoded.protocol_name in ("", None)

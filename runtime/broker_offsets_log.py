@@ -1,0 +1,111 @@
+"""The offsets partitions as the group coordinator sees them, on the broker's own data path.
+
+Appends are produce requests with acks=all (bounded by offsets.commit.timeout.ms), so a commit
+or a group's assignment is answered only once every in-sync replica has it, exactly as a
+client's acks=all write; reads are consumer fetches, so they stop at the high watermark and the
+coordinator never loads what a new leader might still truncate.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from actors.group_shard import LogChunk
+from actors.request_path import RequestPath
+from wire.errors import ErrorCode
+from wire.group_records import OFFSETS_TOPIC
+from wire.messages import (
+    FetchPartition,
+    FetchRequest,
+    FetchTopic,
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
+    PartitionProduceData,
+    ProduceRequest,
+    TopicProduceData,
+)
+from wire.records import iter_batches
+
+ACKS_ALL: Final = -1
+EARLIEST: Final = -2
+
+
+class RequestPathOffsetsLog:
+    def __init__(self, request_path: RequestPath, commit_timeout_ms: int) -> None:
+        self._path = request_path
+        self._commit_timeout_ms = commit_timeout_ms
+
+    async def append(self, partition: int, records: bytes) -> ErrorCode:
+        response = await self._path.produce(
+            ProduceRequest(
+                acks=ACKS_ALL,
+                timeout_ms=self._commit_timeout_ms,
+                topic_data=[
+                    TopicProduceData(
+                        name=OFFSETS_TOPIC,
+                        partition_data=[PartitionProduceData(index=partition, records=records)],
+                    )
+                ],
+            )
+        )
+        [topic] = response.responses
+        [answer] = topic.partition_responses
+        return ErrorCode.from_code(answer.error_code)
+
+    async def read(self, partition: int, offset: int, max_bytes: int) -> LogChunk | ErrorCode:
+        chunk = await self._fetch(partition, offset, max_bytes)
+        if chunk is ErrorCode.OFFSET_OUT_OF_RANGE:
+            start = await self._log_start(partition)
+            if isinstance(start, ErrorCode):
+                return start
+            chunk = await self._fetch(partition, max(offset, start), max_bytes)
+        return chunk
+
+    async def _fetch(self, partition: int, offset: int, max_bytes: int) -> LogChunk | ErrorCode:
+        response = await self._path.fetch(
+            FetchRequest(
+                max_wait_ms=0,
+                min_bytes=0,
+                max_bytes=max_bytes,
+                topics=[
+                    FetchTopic(
+                        topic=OFFSETS_TOPIC,
+                        partitions=[
+                            FetchPartition(
+                                partition=partition,
+                                fetch_offset=offset,
+                                partition_max_bytes=max_bytes,
+                            )
+                        ],
+                    )
+                ],
+            )
+        )
+        [topic] = response.responses
+        [answer] = topic.partitions
+        if answer.error_code != ErrorCode.NONE:
+            return ErrorCode.from_code(answer.error_code)
+        next_offset = offset
+        for _, header in iter_batches(answer.records, validate=False):
+            next_offset = header.last_offset + 1
+        return LogChunk(answer.records, next_offset, answer.high_watermark, answer.log_start_offset)
+
+    async def _log_start(self, partition: int) -> int | ErrorCode:
+        response = await self._path.list_offsets(
+            ListOffsetsRequest(
+                topics=[
+                    ListOffsetsTopic(
+                        name=OFFSETS_TOPIC,
+                        partitions=[
+                            ListOffsetsPartition(partition_index=partition, timestamp=EARLIEST)
+                        ],
+                    )
+                ]
+            )
+        )
+        [topic] = response.topics
+        [answer] = topic.partitions
+        if answer.error_code != ErrorCode.NONE:
+            return ErrorCode.from_code(answer.error_code)
+        return answer.offset
