@@ -113,6 +113,12 @@ class OffsetsLog(Protocol):
         when that is later."""
         ...
 
+    async def wait_committed(self, partition: int) -> None:
+        """Until the high watermark of a new leader covers its whole log as of its election
+        (everything the previous leader acknowledged): a follower learns the HW one fetch
+        late, so loading up to a fresh leader's HW at once could miss the last commits."""
+        ...
+
 
 # -- messages --------------------------------------------------------------------------------------
 
@@ -270,6 +276,7 @@ class GroupShard(Actor):
         )
 
     async def _load(self) -> None:
+        await self._log.wait_committed(self.partition)
         group_values: dict[str, GroupValue | None] = {}
         offset = 0  # the log answers from its start when that is later
         end: int | None = None  # the high watermark when loading began

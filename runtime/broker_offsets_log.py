@@ -8,10 +8,12 @@ coordinator never loads what a new leader might still truncate.
 
 from __future__ import annotations
 
+import logging
 from typing import Final
 
 from actors.group_shard import LogChunk
 from actors.request_path import RequestPath
+from runtime.clock import Clock
 from wire.errors import ErrorCode
 from wire.group_records import OFFSETS_TOPIC
 from wire.messages import (
@@ -27,14 +29,32 @@ from wire.messages import (
 )
 from wire.records import iter_batches
 
+log = logging.getLogger(__name__)
+
 ACKS_ALL: Final = -1
 EARLIEST: Final = -2
+LATEST: Final = -1
+COMMITTED_POLLS: Final = 200
+COMMITTED_POLL_S: Final = 0.025  # 5 s at most: followers fetch far more often than that
 
 
 class RequestPathOffsetsLog:
-    def __init__(self, request_path: RequestPath, commit_timeout_ms: int) -> None:
+    def __init__(self, request_path: RequestPath, commit_timeout_ms: int, clock: Clock) -> None:
         self._path = request_path
         self._commit_timeout_ms = commit_timeout_ms
+        self._clock = clock
+
+    async def wait_committed(self, partition: int) -> None:
+        # The partition answers the latest offset with OFFSET_NOT_AVAILABLE while a new
+        # leader's HW is below the start of its epoch (KIP-207): poll until it does not.
+        for _ in range(COMMITTED_POLLS):
+            latest = await self._offset(partition, LATEST)
+            if latest is not ErrorCode.OFFSET_NOT_AVAILABLE:
+                return
+            await self._clock.sleep(COMMITTED_POLL_S)
+        log.warning(
+            "%s-%d: HW still behind the leader's epoch; loading anyway", OFFSETS_TOPIC, partition
+        )
 
     async def append(self, partition: int, records: bytes) -> ErrorCode:
         response = await self._path.produce(
@@ -56,7 +76,7 @@ class RequestPathOffsetsLog:
     async def read(self, partition: int, offset: int, max_bytes: int) -> LogChunk | ErrorCode:
         chunk = await self._fetch(partition, offset, max_bytes)
         if chunk is ErrorCode.OFFSET_OUT_OF_RANGE:
-            start = await self._log_start(partition)
+            start = await self._offset(partition, EARLIEST)
             if isinstance(start, ErrorCode):
                 return start
             chunk = await self._fetch(partition, max(offset, start), max_bytes)
@@ -91,14 +111,14 @@ class RequestPathOffsetsLog:
             next_offset = header.last_offset + 1
         return LogChunk(answer.records, next_offset, answer.high_watermark, answer.log_start_offset)
 
-    async def _log_start(self, partition: int) -> int | ErrorCode:
+    async def _offset(self, partition: int, timestamp: int) -> int | ErrorCode:
         response = await self._path.list_offsets(
             ListOffsetsRequest(
                 topics=[
                     ListOffsetsTopic(
                         name=OFFSETS_TOPIC,
                         partitions=[
-                            ListOffsetsPartition(partition_index=partition, timestamp=EARLIEST)
+                            ListOffsetsPartition(partition_index=partition, timestamp=timestamp)
                         ],
                     )
                 ]

@@ -262,7 +262,9 @@ class BrokerNode:
             min_insync_replicas=lambda topic: self.replica_manager.min_insync_replicas(topic),
         )
         self.group_coordinator = GroupCoordinator(
-            RequestPathOffsetsLog(self.request_path, config.groups.offsets_commit_timeout_ms),
+            RequestPathOffsetsLog(
+                self.request_path, config.groups.offsets_commit_timeout_ms, clock
+            ),
             config.groups,
             clock=clock,
             offsets_partitions=self._offsets_partitions,

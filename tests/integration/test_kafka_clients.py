@@ -19,9 +19,12 @@ import asyncio
 import shutil
 import subprocess
 import threading
+import time
 from collections.abc import AsyncIterator
 from typing import Final
 
+import aiokafka  # type: ignore[import-untyped]
+import confluent_kafka
 import confluent_kafka.admin
 import kafka.admin
 import pytest
@@ -44,18 +47,27 @@ from tests.integration.kafka_drivers import (
 # The same short timeouts as the native failover test: a kill is noticed in well under a second.
 from tests.integration.test_cluster_processes import PROPERTIES
 from wire.frames import encode_frame
+from wire.group_records import OFFSETS_TOPIC, partition_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 PARTITIONS: Final = 3
 WAIT_S: Final = 30.0
 TOPIC_CONFIGS: Final = {"min.insync.replicas": "2"}
+# Few offsets partitions (each a group shard to load) and no initial rebalance delay, so the
+# group tests do not wait Kafka's 3 s for more members.
+OFFSETS_PARTITIONS: Final = 3
+CLUSTER_PROPERTIES: Final = {
+    **PROPERTIES,
+    "offsets.topic.num.partitions": OFFSETS_PARTITIONS,
+    "group.initial.rebalance.delay.ms": 0,
+}
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ProcessCluster]:
     root = tmp_path_factory.mktemp("kafka-clients")
-    async with running_cluster(root, PROPERTIES, kafka=True) as started:
+    async with running_cluster(root, CLUSTER_PROPERTIES, kafka=True) as started:
         await started.wait_running(range(3), timeout_s=WAIT_S)
         yield started
 
@@ -255,3 +267,146 @@ async def test_describe_configs_shows_a_topics_overrides(cluster: ProcessCluster
     values = await asyncio.to_thread(with_kafka_python)
     assert values["min.insync.replicas"]["value"] == "2"
     assert values["retention.ms"]["value"] == "604800000"
+
+
+async def produce_spread(driver: Driver, topic: str, count: int, tag: str) -> set[bytes]:
+    records = [Sent(i % PARTITIONS, None, b"%s-%d" % (tag.encode(), i)) for i in range(count)]
+    await driver.produce(topic, records, acks="all", compression="none")
+    return {r.value for r in records}
+
+
+async def test_aiokafka_group_members_share_commit_and_resume(cluster: ProcessCluster) -> None:
+    driver = driver_for(cluster, "aiokafka")
+    await ready_topic(cluster, driver, "grouped-aiokafka")
+    first = await produce_spread(driver, "grouped-aiokafka", 30, "first")
+
+    def consumer() -> aiokafka.AIOKafkaConsumer:
+        return aiokafka.AIOKafkaConsumer(
+            "grouped-aiokafka",
+            bootstrap_servers=cluster.kafka_bootstrap(),
+            group_id="shared",
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            metadata_max_age_ms=1000,
+        )
+
+    members = [consumer(), consumer()]
+    for member in members:
+        await member.start()
+    try:
+        seen: dict[int, set[bytes]] = {0: set(), 1: set()}
+
+        async def everything_read() -> bool:
+            for index, member in enumerate(members):
+                batches = await member.getmany(timeout_ms=100)
+                for messages in batches.values():
+                    seen[index].update(m.value for m in messages)
+            return seen[0] | seen[1] == first and all(m.assignment() for m in members)
+
+        await wait_until(everything_read, "both members consume their share", timeout_s=WAIT_S)
+        assignments = [{tp.partition for tp in m.assignment()} for m in members]
+        assert not assignments[0] & assignments[1]
+        assert assignments[0] | assignments[1] == set(range(PARTITIONS))
+        for member in members:
+            await member.commit()
+    finally:
+        for member in members:
+            await member.stop()
+
+    later = await produce_spread(driver, "grouped-aiokafka", 3, "later")
+    resumed = consumer()
+    await resumed.start()
+    try:
+        found: set[bytes] = set()
+
+        async def only_new() -> bool:
+            for messages in (await resumed.getmany(timeout_ms=200)).values():
+                found.update(m.value for m in messages)
+            return found >= later
+
+        await wait_until(only_new, "the new records after the committed offsets", timeout_s=WAIT_S)
+        assert found == later, "a resumed member starts at the committed offsets"
+    finally:
+        await resumed.stop()
+
+
+async def test_confluent_group_resumes_from_committed_offsets(cluster: ProcessCluster) -> None:
+    driver = driver_for(cluster, "confluent")
+    await ready_topic(cluster, driver, "grouped-confluent")
+    first = await produce_spread(driver, "grouped-confluent", 12, "first")
+
+    def consume(expected: set[bytes]) -> set[bytes]:
+        consumer = confluent_kafka.Consumer(
+            {
+                "bootstrap.servers": cluster.kafka_bootstrap(),
+                "group.id": "confluent-group",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+            }
+        )
+        consumer.subscribe(["grouped-confluent"])
+        found: set[bytes] = set()
+        deadline = time.monotonic() + WAIT_S
+        try:
+            while found != expected and time.monotonic() < deadline:
+                message = consumer.poll(0.2)
+                if message is not None and message.error() is None:
+                    found.add(message.value() or b"")
+            consumer.commit(asynchronous=False)
+        finally:
+            consumer.close()
+        return found
+
+    assert await asyncio.to_thread(consume, first) == first
+    later = await produce_spread(driver, "grouped-confluent", 3, "later")
+    assert await asyncio.to_thread(consume, later) == later
+
+
+async def test_committed_offsets_survive_the_coordinators_death(
+    cluster: ProcessCluster,
+) -> None:
+    driver = driver_for(cluster, "aiokafka")
+    await ready_topic(cluster, driver, "coordinated")
+    await produce_spread(driver, "coordinated", 9, "x")
+    group = "survivor"
+    tp = aiokafka.TopicPartition("coordinated", 1)
+
+    async def committer() -> aiokafka.AIOKafkaConsumer:
+        consumer = aiokafka.AIOKafkaConsumer(
+            bootstrap_servers=cluster.kafka_bootstrap(),
+            group_id=group,
+            enable_auto_commit=False,
+            metadata_max_age_ms=500,
+            retry_backoff_ms=50,
+        )
+        await consumer.start()
+        consumer.assign([tp])
+        return consumer
+
+    consumer = await committer()
+    try:
+        await consumer.commit({tp: 2})
+        assert await consumer.committed(tp) == 2
+    finally:
+        await consumer.stop()
+    native = cluster.client()
+    try:
+        offsets = await wait_fully_replicated(
+            native, cluster.addresses.values(), OFFSETS_TOPIC, OFFSETS_PARTITIONS, timeout_s=WAIT_S
+        )
+        coordinator = offsets[partition_for(group, OFFSETS_PARTITIONS)].leader_id
+        await cluster.broker(coordinator).kill()
+        consumer = await committer()
+        try:
+            found = await asyncio.wait_for(consumer.committed(tp), WAIT_S)
+            assert found == 2, cluster.logs()
+            await consumer.commit({tp: 5})
+            assert await consumer.committed(tp) == 5
+        finally:
+            await consumer.stop()
+        await cluster.broker(coordinator).start()
+        await wait_fully_replicated(
+            native, cluster.addresses.values(), OFFSETS_TOPIC, OFFSETS_PARTITIONS, timeout_s=WAIT_S
+        )
+    finally:
+        await native.close()

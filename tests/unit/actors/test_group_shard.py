@@ -76,6 +76,9 @@ class MemoryOffsetsLog:
         self.appends += 1
         return ErrorCode.NONE
 
+    async def wait_committed(self, partition: int) -> None:
+        """Everything appended here is committed at once."""
+
     async def read(self, partition: int, offset: int, max_bytes: int) -> LogChunk | ErrorCode:
         if self.read_gate is not None:
             await self.read_gate.wait()
