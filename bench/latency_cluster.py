@@ -44,6 +44,7 @@ _LOG_TAIL_CHARS: Final = 2_000
 # would only cost time, and for the last broker (nowhere to move to) it costs every retry and
 # backoff before it gives up, as Kafka's does.
 TEARDOWN_PROPERTIES: Final = {"controlled.shutdown.enable": False}
+BENCH_OFFSETS_PARTITIONS: Final = 3
 
 
 def process_commands_available() -> bool:
@@ -230,6 +231,11 @@ async def _processes(
                             f"min.insync.replicas={min_insync_replicas}",
                             "--set",
                             "controlled.shutdown.enable=false",
+                            # librdkafka consumers look for a group coordinator even when they
+                            # only assign(): the first one creates __consumer_offsets, and 50
+                            # partitions x RF 3 would load the cluster mid-measurement.
+                            "--set",
+                            f"offsets.topic.num.partitions={BENCH_OFFSETS_PARTITIONS}",
                             *kafka_listen,
                         ],
                         logs,
