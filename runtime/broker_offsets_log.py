@@ -12,6 +12,7 @@ import logging
 from typing import Final
 
 from actors.group_shard import LogChunk
+from actors.partition_messages import ACKS_ALL, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from actors.request_path import RequestPath
 from runtime.clock import Clock
 from wire.errors import ErrorCode
@@ -31,9 +32,6 @@ from wire.records import iter_batches
 
 log = logging.getLogger(__name__)
 
-ACKS_ALL: Final = -1
-EARLIEST: Final = -2
-LATEST: Final = -1
 COMMITTED_POLLS: Final = 200
 COMMITTED_POLL_S: Final = 0.025  # 5 s at most: followers fetch far more often than that
 
@@ -48,7 +46,7 @@ class RequestPathOffsetsLog:
         # The partition answers the latest offset with OFFSET_NOT_AVAILABLE while a new
         # leader's HW is below the start of its epoch (KIP-207): poll until it does not.
         for _ in range(COMMITTED_POLLS):
-            latest = await self._offset(partition, LATEST)
+            latest = await self._offset(partition, LATEST_TIMESTAMP)
             if latest is not ErrorCode.OFFSET_NOT_AVAILABLE:
                 return
             await self._clock.sleep(COMMITTED_POLL_S)
@@ -76,7 +74,7 @@ class RequestPathOffsetsLog:
     async def read(self, partition: int, offset: int, max_bytes: int) -> LogChunk | ErrorCode:
         chunk = await self._fetch(partition, offset, max_bytes)
         if chunk is ErrorCode.OFFSET_OUT_OF_RANGE:
-            start = await self._offset(partition, EARLIEST)
+            start = await self._offset(partition, EARLIEST_TIMESTAMP)
             if isinstance(start, ErrorCode):
                 return start
             chunk = await self._fetch(partition, max(offset, start), max_bytes)
