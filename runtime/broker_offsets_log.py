@@ -44,10 +44,12 @@ class RequestPathOffsetsLog:
 
     async def wait_committed(self, partition: int) -> None:
         # The partition answers the latest offset with OFFSET_NOT_AVAILABLE while a new
-        # leader's HW is below the start of its epoch (KIP-207): poll until it does not.
+        # leader's HW is below the start of its epoch (KIP-207): poll until it answers an
+        # offset. Any other error (the partition actor not leader yet, say) is waited out too:
+        # only an answered offset says the HW covers what the old leader acknowledged.
         for _ in range(COMMITTED_POLLS):
             latest = await self._offset(partition, LATEST_TIMESTAMP)
-            if latest is not ErrorCode.OFFSET_NOT_AVAILABLE:
+            if not isinstance(latest, ErrorCode):
                 return
             await self._clock.sleep(COMMITTED_POLL_S)
         log.warning(
