@@ -3,8 +3,8 @@
 Subcommands are registered by the layer that implements them (each module's `register`).
 
 Two kinds of subcommand:
-* argparse subcommands (`up`, `topic`, `produce`, `consume`, `cluster`, `config`, `bench`,
-  `dump-log`): a registrar in `_REGISTRARS` adds the parser and sets `handler`;
+* argparse subcommands (`up`, `topic`, `group`, `produce`, `consume`, `cluster`, `config`,
+  `bench`, `dump-log`): a registrar in `_REGISTRARS` adds the parser and sets `handler`;
 * pass-throughs (`broker`, `controller`): a process with its own parser and `main(argv)` in its
   module; `_PASS_THROUGH` names the module, and everything after the command word goes to that
   `main` untouched, so `ketch broker --help` is the broker's own help. They still appear in
@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
 from bench import latency as bench_latency
-from runtime import cli_cluster_admin, cli_data, cli_status, cli_topic, up
+from runtime import cli_cluster_admin, cli_data, cli_group, cli_status, cli_topic, up
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -64,6 +64,7 @@ Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], ob
 _REGISTRARS: Final[tuple[Registrar, ...]] = (
     up.register,
     cli_topic.register,
+    cli_group.register,
     cli_data.register,
     functools.partial(
         cli_status.register, cluster_extensions=[cli_cluster_admin.register_cluster_commands]

@@ -308,9 +308,7 @@ async def describe_topic(client: Client, name: str) -> TopicDescription:
     if topic.error_code != ErrorCode.NONE:
         raise KafkaError(topic.error_code, f"metadata of topic {name!r}")
     parts = sorted(topic.partitions, key=lambda p: p.partition_index)
-    watermarks = await _high_watermarks(
-        client, response, name, {p.partition_index: p.leader_id for p in parts}
-    )
+    watermarks = await high_watermarks(client, response, name, leaders_of(response, name))
     return TopicDescription(
         topic=name,
         topic_id=topic_id_text(topic.topic_id),
@@ -328,7 +326,15 @@ async def describe_topic(client: Client, name: str) -> TopicDescription:
     )
 
 
-async def _high_watermarks(
+def leaders_of(metadata: MetadataResponse, topic: str) -> dict[int, int]:
+    """partition -> leader id (NO_LEADER when none) of `topic` in `metadata`; {} if absent."""
+    found = _find_topic(metadata, topic)
+    if found is None or found.error_code != ErrorCode.NONE:
+        return {}
+    return {p.partition_index: p.leader_id for p in found.partitions}
+
+
+async def high_watermarks(
     client: Client, metadata: MetadataResponse, topic: str, leaders: dict[int, int]
 ) -> dict[int, int]:
     """partition -> HW from ListOffsets LATEST at each leader; partitions without an answer

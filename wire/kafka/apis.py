@@ -16,8 +16,12 @@ and the few places where Kafka's semantics need more than the field-by-field con
   requests are refused per partition (Kafka answers them the same way to an unauthorised
   principal).
 - FindCoordinator v0-3 ask for one key and answer at the top level (the native message is v4's
-  batched form); LeaveGroup v0-2 name one member; OffsetFetch v1 has no top-level error, so an
-  error is answered on each requested partition.
+  batched form); LeaveGroup v0-2 name one member. OffsetFetch v1 has no top-level error, so an
+  error is answered on each requested partition; v2-v7 carry it at the top level *and* on each
+  requested partition, because aiokafka and kafka-python read only the partitions' errors (a
+  top-level COORDINATOR_LOAD_IN_PROGRESS alone reads to them as "nothing committed", and a
+  consumer would restart from its reset policy). Kafka's own client checks the top level first,
+  so the copy changes nothing for it.
 
 A handler that fails is answered the way Kafka answers an unexpected exception: the request's
 own topics and partitions, each with the error code (`error_response`).
@@ -282,12 +286,11 @@ def _offset_fetch_response(
 ) -> Any:
     assert isinstance(response, OffsetFetchResponse)
     assert isinstance(note, OffsetFetchRequest)
-    if (
-        response.error_code != ErrorCode.NONE
-        and "error_code" not in response_cls.__dataclass_fields__
-    ):
-        # v1 has no top-level error: each requested partition carries it.
+    if response.error_code != ErrorCode.NONE and note.topics is not None:
+        # Each requested partition carries the error too (see the module's note); v1 has only
+        # those, so the top-level field is left out there by to_kio.
         response = OffsetFetchResponse(
+            error_code=response.error_code,
             topics=[
                 OffsetFetchResponseTopic(
                     name=topic.name,
@@ -298,8 +301,8 @@ def _offset_fetch_response(
                         for p in topic.partition_indexes
                     ],
                 )
-                for topic in note.topics or ()
-            ]
+                for topic in note.topics
+            ],
         )
     return to_kio(response, response_cls)
 

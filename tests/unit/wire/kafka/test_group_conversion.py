@@ -258,20 +258,25 @@ def test_leave_group_v0_to_v2_name_one_member(version: int) -> None:
     assert kio_answer.error_code == KioErrorCode.unknown_member_id
 
 
-def test_offset_fetch_v1_reports_errors_per_partition() -> None:
+@pytest.mark.parametrize("version", range(1, 8))
+def test_offset_fetch_reports_errors_on_each_requested_partition(version: int) -> None:
+    """aiokafka and kafka-python read only partition errors; v2+ also keep the top level."""
     api = APIS[ApiKey.OFFSET_FETCH]
     request = OffsetFetchRequest(
         group_id="g", topics=[OffsetFetchRequestTopic(name="orders", partition_indexes=[0, 2])]
     )
-    request_cls = schema(ApiKey.OFFSET_FETCH, 1, EntityType.request)
-    native, note = api.native_request(to_kio(request, request_cls), 1, TOPICS)
-    assert native == request
-    response_cls = schema(ApiKey.OFFSET_FETCH, 1, EntityType.response)
-    answer = api.kio_response(OffsetFetchResponse(error_code=16), response_cls, note, TOPICS)
-    assert [(p.partition_index, p.error_code) for p in answer.topics[0].partitions] == [
-        (0, KioErrorCode.not_coordinator),
-        (2, KioErrorCode.not_coordinator),
+    request_cls = schema(ApiKey.OFFSET_FETCH, version, EntityType.request)
+    native, note = api.native_request(to_kio(request, request_cls), version, TOPICS)
+    assert native.topics == request.topics
+    response_cls = schema(ApiKey.OFFSET_FETCH, version, EntityType.response)
+    answer = api.kio_response(OffsetFetchResponse(error_code=14), response_cls, note, TOPICS)
+    _, decoded = response_body(encode_response(1, answer), response_cls)
+    assert [(p.partition_index, p.error_code) for p in decoded.topics[0].partitions] == [
+        (0, KioErrorCode.coordinator_load_in_progress),
+        (2, KioErrorCode.coordinator_load_in_progress),
     ]
+    if version >= 2:
+        assert decoded.error_code == KioErrorCode.coordinator_load_in_progress
 
 
 @pytest.mark.parametrize("version", range(8))

@@ -1,0 +1,68 @@
+"""The consumer protocol's blobs, read for display: a member's subscription (its JoinGroup
+metadata) and its assignment (the SyncGroup answer), Kafka's ConsumerProtocolSubscription and
+ConsumerProtocolAssignment.
+
+The coordinator never looks inside them (only clients do); `ketch group describe` reads them to
+show what each member subscribes to and owns. A blob is an int16 version and that version's
+body, non-flexible, with kio's schemas. A version newer than kio's newest is read with the newest
+schema, as Kafka's clients do: later versions only append fields. A blob that does not parse
+(another protocol type, say `connect`) reads as None; nothing here raises on a client's bytes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import struct
+from typing import Any, Final
+
+from kio.serial import entity_reader
+
+_VERSION: Final = struct.Struct(">h")
+_NEWEST: Final = 3  # kio 0.6.5 has v0-v3 of both schemas
+
+Assignment = dict[str, tuple[int, ...]]
+
+
+def _schemas(name: str, cls_name: str) -> list[Any]:
+    return [
+        entity_reader(getattr(importlib.import_module(f"kio.schema.{name}.v{v}"), cls_name))
+        for v in range(_NEWEST + 1)
+    ]
+
+
+_ASSIGNMENT_READERS: Final = _schemas("consumer_protocol_assignment", "ConsumerProtocolAssignment")
+_SUBSCRIPTION_READERS: Final = _schemas(
+    "consumer_protocol_subscription", "ConsumerProtocolSubscription"
+)
+
+
+def _read(readers: list[Any], blob: bytes) -> Any | None:
+    if len(blob) < _VERSION.size:
+        return None
+    (version,) = _VERSION.unpack_from(blob)
+    if version < 0:
+        return None
+    try:
+        body, _ = readers[min(version, _NEWEST)](blob, _VERSION.size)
+    except Exception:  # kio's decode errors, underflow, bad UTF-8: not a consumer blob
+        return None
+    return body
+
+
+def read_assignment(blob: bytes) -> Assignment | None:
+    """topic -> assigned partitions (sorted), or None if `blob` is no consumer assignment."""
+    body = _read(_ASSIGNMENT_READERS, blob)
+    if body is None:
+        return None
+    assigned: dict[str, set[int]] = {}
+    for entry in body.assigned_partitions:
+        assigned.setdefault(str(entry.topic), set()).update(int(p) for p in entry.partitions)
+    return {topic: tuple(sorted(parts)) for topic, parts in sorted(assigned.items())}
+
+
+def read_subscription(blob: bytes) -> tuple[str, ...] | None:
+    """The subscribed topics, or None if `blob` is no consumer subscription."""
+    body = _read(_SUBSCRIPTION_READERS, blob)
+    if body is None:
+        return None
+    return tuple(str(topic) for topic in body.topics)
