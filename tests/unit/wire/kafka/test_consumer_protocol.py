@@ -1,4 +1,5 @@
-"""The consumer protocol's subscription and assignment blobs, as `ketch group describe` reads them."""
+"""The consumer protocol's subscription and assignment blobs, as `ketch group describe` reads
+them."""
 
 from __future__ import annotations
 

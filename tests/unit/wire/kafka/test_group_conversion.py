@@ -267,6 +267,7 @@ def test_offset_fetch_reports_errors_on_each_requested_partition(version: int) -
     )
     request_cls = schema(ApiKey.OFFSET_FETCH, version, EntityType.request)
     native, note = api.native_request(to_kio(request, request_cls), version, TOPICS)
+    assert isinstance(native, OffsetFetchRequest)
     assert native.topics == request.topics
     response_cls = schema(ApiKey.OFFSET_FETCH, version, EntityType.response)
     answer = api.kio_response(OffsetFetchResponse(error_code=14), response_cls, note, TOPICS)
