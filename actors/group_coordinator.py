@@ -7,7 +7,9 @@ partition is still loading, COORDINATOR_LOAD_IN_PROGRESS.
 
 Leadership moves arrive from the ReplicaManager's hook (`on_leadership_change`, seed 002's
 onLeadershipChange): becoming leader of an offsets partition starts its shard (which loads it),
-becoming follower stops it (its waiting members get NOT_COORDINATOR). The coordinator is an
+becoming follower stops it (its waiting members get NOT_COORDINATOR). Partitions an
+UpdateMetadata deletes arrive from the ReplicaManager's other hook (`on_partitions_deleted`)
+and go to every shard, which drops the groups' offsets of them. The coordinator is an
 actor so those moves are applied one at a time, in the order the ReplicaManager made them; the
 request methods only read the published `shards` map and ask the shard.
 """
@@ -31,6 +33,7 @@ from actors.group_shard import (
     Leave,
     ListAll,
     OffsetsLog,
+    RemoveOffsets,
     Sync,
 )
 from runtime.actor import Actor, MailboxError, handles
@@ -69,6 +72,11 @@ R = TypeVar("R")
 class _LeadershipChanged:
     leaders: tuple[int, ...]
     followers: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _PartitionsDeleted:
+    partitions: frozenset[tuple[str, int]]
 
 
 class GroupCoordinator(Actor):
@@ -121,6 +129,24 @@ class GroupCoordinator(Actor):
             log.info("loading groups of %s-%d", OFFSETS_TOPIC, partition)
             await shard.start()
             self.shards[partition] = shard
+
+    def on_partitions_deleted(self, partitions: Sequence[TopicPartition]) -> None:
+        """The ReplicaManager's hook for partitions an UpdateMetadata deleted (synchronous)."""
+        gone = frozenset((tp.topic, tp.partition) for tp in partitions if tp.topic != OFFSETS_TOPIC)
+        if gone:
+            try:
+                self.try_tell(_PartitionsDeleted(gone))
+            except MailboxError:
+                log.warning("group coordinator stopped or full; deleted partitions dropped")
+
+    @handles(_PartitionsDeleted)
+    async def _partitions_deleted(self, message: _PartitionsDeleted) -> None:
+        # Through this actor, so a shard started by an earlier leadership move gets it too.
+        for partition, shard in list(self.shards.items()):
+            try:
+                await shard.tell(RemoveOffsets(message.partitions))
+            except MailboxError:
+                log.info("%s-%d unloaded before its deleted offsets went", OFFSETS_TOPIC, partition)
 
     async def on_stop(self) -> None:
         shards, self.shards = list(self.shards.values()), {}

@@ -17,6 +17,8 @@ Lifecycle (seed 002, handleGroupImmigration / handleGroupEmigration):
   the rebalance completes, a sync until the leader's assignment is stored, a commit until its
   records are replicated) gets back a future, which the handler completes later from another
   message: the mailbox never blocks on a member or on replication.
+* **Deleted partitions** (`RemoveOffsets`): the committed offsets of partitions the cluster
+  deleted are dropped with tombstones, and a group left Empty without offsets is forgotten.
 * **Unloading** (`stop()` -> `on_stop`): every waiting member is answered NOT_COORDINATOR, every
   group goes Dead, and the state is dropped; the new leader loads it from the log.
 
@@ -166,6 +168,14 @@ class Describe(Ask[list[DescribedGroup]]):
 @dataclass(frozen=True, slots=True)
 class ListAll(Ask[list[ListedGroup]]):
     states: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveOffsets:
+    """Partitions deleted from the cluster (an UpdateMetadata named them): every group's
+    committed offsets of them go, with tombstones (Kafka's onPartitionsDeleted)."""
+
+    partitions: frozenset[tuple[str, int]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -862,27 +872,53 @@ class GroupShard(Actor):
             else:
                 # A group's offsets go together, once it has been Empty for the retention.
                 expired = list(offsets) if group_empty_since + retention <= now_wall else []
-            for tp in expired:
-                del offsets[tp]
-                tombstones.append((OffsetKey(group_id, *tp), None))
-            if not offsets:
-                del self.offsets[group_id]
+            tombstones.extend(self._drop_offsets(group_id, expired))
+        tombstones.extend(self._forget_empty_groups())
+        self._write_tombstones(tombstones, "expired")
+
+    @handles(RemoveOffsets)
+    def _remove_offsets(self, message: RemoveOffsets) -> None:
+        tombstones: list[tuple[Key, Value | None]] = []
+        for group_id, offsets in list(self.offsets.items()):
+            gone = [tp for tp in offsets if tp in message.partitions]
+            tombstones.extend(self._drop_offsets(group_id, gone))
+        tombstones.extend(self._forget_empty_groups())
+        self._write_tombstones(tombstones, "of deleted partitions")
+
+    def _drop_offsets(
+        self, group_id: str, partitions: list[tuple[str, int]]
+    ) -> list[tuple[Key, Value | None]]:
+        """Forget `partitions` of the group's offsets; their tombstones."""
+        offsets = self.offsets[group_id]
+        for tp in partitions:
+            del offsets[tp]
+        if not offsets:
+            del self.offsets[group_id]
+        return [(OffsetKey(group_id, *tp), None) for tp in partitions]
+
+    def _forget_empty_groups(self) -> list[tuple[Key, Value | None]]:
+        """An Empty group without offsets is forgotten; a stored one needs a tombstone."""
+        tombstones: list[tuple[Key, Value | None]] = []
         for group_id, group in list(self.groups.items()):
             if group.is_in(GroupState.EMPTY) and group_id not in self.offsets:
                 del self.groups[group_id]
                 self._waiting.pop(group_id, None)
                 if group.generation > 0:
                     tombstones.append((GroupKey(group_id), None))
-        if tombstones:
-            batch = build_group_batch(tombstones, timestamp_ms=now_wall)
-            log.info("%s: expiring %d offsets-topic entries", self.name, len(tombstones))
+        return tombstones
 
-            async def write() -> None:
-                error = await self._log.append(self.partition, batch)
-                if error is not ErrorCode.NONE:
-                    log.warning("%s: writing expiry tombstones failed: %s", self.name, error)
+    def _write_tombstones(self, tombstones: list[tuple[Key, Value | None]], why: str) -> None:
+        if not tombstones:
+            return
+        batch = build_group_batch(tombstones, timestamp_ms=self.clock.wall_ms())
+        log.info("%s: deleting %d offsets-topic entries %s", self.name, len(tombstones), why)
 
-            self._spawn(write())
+        async def write() -> None:
+            error = await self._log.append(self.partition, batch)
+            if error is not ErrorCode.NONE:
+                log.warning("%s: writing tombstones %s failed: %s", self.name, why, error)
+
+        self._spawn(write())
 
     # -- describe and list -----------------------------------------------------------------
 

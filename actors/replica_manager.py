@@ -168,6 +168,7 @@ class _PartitionFailed:
 
 
 LeadershipHook = Callable[[Sequence[TopicPartition], Sequence[TopicPartition]], None]
+DeletionHook = Callable[[Sequence[TopicPartition]], None]
 Routes = Mapping[TopicPartition, PartitionActor]
 _EMPTY_ROUTES: Routes = MappingProxyType({})
 
@@ -216,6 +217,7 @@ class ReplicaManager(Actor):
         *,
         metadata_cache: MetadataCache | None = None,
         on_leadership_change: LeadershipHook | None = None,
+        on_partitions_deleted: DeletionHook | None = None,
         isr_change_listener: IsrChangeListener | None = None,
         clock: Clock | None = None,
         capacity: int | None = None,
@@ -229,6 +231,8 @@ class ReplicaManager(Actor):
         self._sink = alter_partition_sink
         self._metadata = metadata_cache if metadata_cache is not None else MetadataCache()
         self._on_leadership_change = on_leadership_change
+        # Partitions an UpdateMetadata deleted (the group coordinator drops their offsets).
+        self._on_partitions_deleted = on_partitions_deleted
         # Handed to every partition actor: the broker's ISR shrink/expand meters.
         self._isr_change_listener = isr_change_listener
         self._partitions: dict[TopicPartition, PartitionActor] = {}
@@ -653,6 +657,8 @@ class ReplicaManager(Actor):
         for tp in deleted:
             if tp in self._partitions:
                 await self._stop_partition(tp)
+        if deleted and self._on_partitions_deleted is not None:
+            self._on_partitions_deleted(deleted)
         if self._pending_fetchers:
             self._start_fetchers(sorted(self._pending_fetchers, key=_tp_order))
         return UpdateMetadataResponse()

@@ -251,6 +251,9 @@ class BrokerNode:
             on_leadership_change=lambda leaders, followers: (
                 self.group_coordinator.on_leadership_change(leaders, followers)
             ),
+            on_partitions_deleted=lambda deleted: self.group_coordinator.on_partitions_deleted(
+                deleted
+            ),
             isr_change_listener=self.metrics.isr_changes,
             clock=clock,
         )

@@ -227,6 +227,7 @@ class Broker:
     path: RequestPath
     leadership_changes: list[tuple[list[TopicPartition], list[TopicPartition]]]
     log_dir: Path
+    deletions: list[list[TopicPartition]]
 
     async def leader_and_isr(
         self,
@@ -295,6 +296,7 @@ async def open_broker(
     fetchers = RecordingFetchers()
     sink = RecordingSink()
     changes: list[tuple[list[TopicPartition], list[TopicPartition]]] = []
+    deletions: list[list[TopicPartition]] = []
     manager = ReplicaManager(
         ReplicaManagerConfig(
             BROKER_ID,
@@ -309,6 +311,7 @@ async def open_broker(
         on_leadership_change=lambda leaders, followers: changes.append(
             (list(leaders), list(followers))
         ),
+        on_partitions_deleted=lambda deleted: deletions.append(list(deleted)),
         clock=clock,
     )
     await manager.start()
@@ -319,7 +322,16 @@ async def open_broker(
         min_insync_replicas=lambda topic: min_insync_replicas,
     )
     return Broker(
-        clock, log_manager, delayed, fetchers, sink, manager, path, changes, log_dir.resolve()
+        clock,
+        log_manager,
+        delayed,
+        fetchers,
+        sink,
+        manager,
+        path,
+        changes,
+        log_dir.resolve(),
+        deletions,
     )
 
 

@@ -90,3 +90,20 @@ async def test_a_loading_partition_answers_load_in_progress(
     await until(lambda: not router.shards[0].loading, "loaded")
     fetched = await router.offset_fetch(OffsetFetchRequest(group_id="g"))
     assert fetched.error_code == ErrorCode.NONE
+
+
+async def test_deleted_partitions_lose_their_offsets_in_every_shard(
+    coordinator: tuple[GroupCoordinator, ManualClock], offsets_log: MemoryOffsetsLog
+) -> None:
+    router, _ = coordinator
+    router.on_leadership_change([OFFSETS_0], [])
+    await until(lambda: 0 in router.shards and not router.shards[0].loading, "shard loaded")
+    await router.offset_commit(commit(-1, "", {0: 12, 1: 4}, group="solo").request)
+    appends = offsets_log.appends
+    router.on_partitions_deleted([TopicPartition("orders", 1), OFFSETS_0])
+    await until(lambda: offsets_log.appends > appends, "tombstone written")
+    fetched = await router.offset_fetch(OffsetFetchRequest(group_id="solo"))
+    assert [
+        (p.partition_index, p.committed_offset) for t in fetched.topics for p in t.partitions
+    ] == [(0, 12)]
+    assert 0 in router.shards, "the offsets topic's own partitions are not the groups' concern"

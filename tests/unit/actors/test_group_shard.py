@@ -21,6 +21,7 @@ from actors.group_shard import (
     Leave,
     ListAll,
     LogChunk,
+    RemoveOffsets,
     Sync,
 )
 from runtime.clock import ManualClock
@@ -384,6 +385,27 @@ async def test_simple_consumer_offsets_expire_after_the_retention(
     assert await committed(shard, "solo") == {}
     reloaded = await start_shard(clock, offsets_log)
     try:
+        assert await committed(reloaded, "solo") == {}
+    finally:
+        await reloaded.stop()
+
+
+async def test_offsets_of_deleted_partitions_are_removed(
+    shard: GroupShard, clock: ManualClock, offsets_log: MemoryOffsetsLog
+) -> None:
+    generation, (a, _b) = await stable_group(shard, clock, ["a", "b"])
+    await result(await shard.ask(commit(generation, a, {0: 5, 1: 7, 2: 9})))
+    await result(await shard.ask(commit(-1, "", {1: 30}, group="solo")))
+    appends = offsets_log.appends
+    await shard.tell(RemoveOffsets(frozenset({("orders", 1), ("orders", 2), ("audit", 0)})))
+    await until(lambda: offsets_log.appends > appends, "tombstones written")
+    assert await committed(shard) == {0: 5}, "the live group keeps its other partition"
+    assert await committed(shard, "solo") == {}
+    assert "solo" not in shard.groups, "a simple consumer left without offsets is forgotten"
+    assert "g" in shard.groups
+    reloaded = await start_shard(clock, offsets_log)
+    try:
+        assert await committed(reloaded) == {0: 5}, "the tombstones are in the log"
         assert await committed(reloaded, "solo") == {}
     finally:
         await reloaded.stop()

@@ -344,6 +344,7 @@ async def test_update_metadata_deleting_a_partition_stops_it(broker: Broker) -> 
     )
     await broker.update_metadata(update_metadata([BROKER_ID], [deleting]))
     assert broker.manager.partition(TP) is None
+    assert broker.deletions == [[TP]], "the group coordinator's hook hears of it"
 
 
 # -- periodic tasks ----------------------------------------------------------------------------
