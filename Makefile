@@ -54,6 +54,7 @@ bench: $(STAMP)
 	$(PY) -m bench.verify
 	$(VENV)/bin/ketch bench latency --duration 30 --json bench-latency.json --plot bench-latency.png
 	$(VENV)/bin/ketch bench latency --protocol kafka --duration 30 --json bench-latency-kafka.json
+	$(PY) -m bench.groups --json bench-groups.json
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -24,7 +24,7 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Final
 
@@ -164,17 +164,28 @@ async def process_cluster(
 
 @contextlib.asynccontextmanager
 async def kafka_process_cluster(
-    brokers: int, transport: Transport, min_insync_replicas: int
+    brokers: int,
+    transport: Transport,
+    min_insync_replicas: int,
+    properties: Mapping[str, object] | None = None,
 ) -> AsyncIterator[list[Address]]:
     """The brokers' Kafka listeners (the cluster is ready on its native side: every broker
-    registered and running; a Kafka client's first Metadata may still be on its way)."""
-    async with _processes(brokers, transport, min_insync_replicas, kafka=True) as (_, kafka):
+    registered and running; a Kafka client's first Metadata may still be on its way).
+    `properties`: more broker properties (`--set`), after the benchmark's own."""
+    async with _processes(
+        brokers, transport, min_insync_replicas, kafka=True, properties=properties or {}
+    ) as (_, kafka):
         yield kafka
 
 
 @contextlib.asynccontextmanager
 async def _processes(
-    brokers: int, transport: Transport, min_insync_replicas: int, *, kafka: bool
+    brokers: int,
+    transport: Transport,
+    min_insync_replicas: int,
+    *,
+    kafka: bool,
+    properties: Mapping[str, object] | None = None,
 ) -> AsyncIterator[tuple[list[Address], list[Address]]]:
     """(native addresses, Kafka addresses: empty unless `kafka`)."""
     with tempfile.TemporaryDirectory(prefix="ketch-bench-latency-") as tmp:
@@ -237,6 +248,11 @@ async def _processes(
                             "--set",
                             f"offsets.topic.num.partitions={BENCH_OFFSETS_PARTITIONS}",
                             *kafka_listen,
+                            *(
+                                word
+                                for name, value in (properties or {}).items()
+                                for word in ("--set", f"{name}={value}")
+                            ),
                         ],
                         logs,
                     )
