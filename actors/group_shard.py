@@ -28,7 +28,7 @@ metadata after the leader's SyncGroup, offset commits, expiry tombstones) go thr
 injected `OffsetsLog.append` with acks=all; their outcome comes back as a message too.
 
 Simplifications, said plainly: static membership (group.instance.id) is not implemented (a
-join that names one is refused with UNSUPPORTED_VERSION and a message), nor are transactional
+join that names one is refused with UNSUPPORTED_VERSION), nor are transactional
 offset commits; pending members (v4+ joins answered MEMBER_ID_REQUIRED) are forgotten after
 their session timeout, as in Kafka.
 """
