@@ -352,11 +352,11 @@ async def test_group_list_and_describe_show_members_offsets_and_lag(
     cluster: ProcessCluster, capsys: pytest.CaptureFixture[str]
 ) -> None:
     driver = driver_for(cluster, "aiokafka")
-    await ready_topic(cluster, driver, "described")
-    await produce_spread(driver, "described", 12, "first")
+    await ready_topic(cluster, driver, "group-described")
+    await produce_spread(driver, "group-described", 12, "first")
     members = [
         aiokafka.AIOKafkaConsumer(
-            "described",
+            "group-described",
             bootstrap_servers=cluster.kafka_bootstrap(),
             group_id="described-group",
             client_id=f"member-{index}",
@@ -380,7 +380,7 @@ async def test_group_list_and_describe_show_members_offsets_and_lag(
         await wait_until(everything_read, "both members read their share", timeout_s=WAIT_S)
         for member in members:
             await member.commit()
-        await produce_spread(driver, "described", 6, "unread")
+        await produce_spread(driver, "group-described", 6, "unread")
 
         code, described = await asyncio.to_thread(
             ketch_group, capsys, cluster, "describe", "described-group"
@@ -391,10 +391,10 @@ async def test_group_list_and_describe_show_members_offsets_and_lag(
         clients = sorted(m["client_id"] for m in described["members"])
         assert clients == ["member-0", "member-1"]
         owned = {
-            p: m["member_id"] for m in described["members"] for p in m["assignment"]["described"]
+            p: m["member_id"] for m in described["members"] for p in m["assignment"]["group-described"]
         }
         assert sorted(owned) == list(range(PARTITIONS))
-        assert all(m["subscription"] == ["described"] for m in described["members"])
+        assert all(m["subscription"] == ["group-described"] for m in described["members"])
         offsets = {o["partition"]: o for o in described["offsets"]}
         assert sorted(offsets) == list(range(PARTITIONS))
         for partition, row in offsets.items():
@@ -410,7 +410,7 @@ async def test_group_list_and_describe_show_members_offsets_and_lag(
             "described-group",
         )
         assert code == 0, text
-        for shown in ("state Stable", "member-0", "member-1", "described:"):
+        for shown in ("state Stable", "member-0", "member-1", "group-described:"):
             assert shown in text
 
         code, listed = await asyncio.to_thread(ketch_group, capsys, cluster, "list")
