@@ -118,6 +118,25 @@ def add_bootstrap_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_query_command(
+    actions: SubParsers[argparse.ArgumentParser],
+    name: str,
+    help_text: str,
+    command: Command,
+    *,
+    positional: tuple[str, str] | None = None,
+) -> argparse.ArgumentParser:
+    """A read-only subcommand (`list`, `describe NAME`): its positional (dest, metavar) if any,
+    `--json` and `--bootstrap`."""
+    parser = actions.add_parser(name, help=help_text)
+    if positional is not None:
+        parser.add_argument(positional[0], metavar=positional[1])
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    add_bootstrap_flag(parser)
+    set_command(parser, command)
+    return parser
+
+
 def set_command(parser: argparse.ArgumentParser, command: Command) -> None:
     """Make `command` the function the `ketch` entry point calls for this subparser.
 

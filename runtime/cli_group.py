@@ -43,7 +43,7 @@ from runtime.cli_common import (
     EXIT_OK,
     CliError,
     SubParsers,
-    add_bootstrap_flag,
+    add_query_command,
     console,
     error,
     fetch_metadata,
@@ -51,7 +51,6 @@ from runtime.cli_common import (
     print_json,
     run_argv,
     run_async,
-    set_command,
 )
 from runtime.cli_topic import high_watermarks, leaders_of
 from runtime.net.client import Client
@@ -195,18 +194,14 @@ def register(subparsers: SubParsers[argparse.ArgumentParser]) -> None:
     group = subparsers.add_parser("group", help="list and describe consumer groups")
     actions = group.add_subparsers(dest="group_command", required=True, metavar="ACTION")
 
-    listing = actions.add_parser("list", help="list the consumer groups of every broker")
-    listing.add_argument("--json", action="store_true", help="print JSON")
-    add_bootstrap_flag(listing)
-    set_command(listing, cmd_list)
-
-    describe = actions.add_parser(
-        "describe", help="state, members, assignments, committed offsets and lag of a group"
+    add_query_command(actions, "list", "list the consumer groups of every broker", cmd_list)
+    add_query_command(
+        actions,
+        "describe",
+        "state, members, assignments, committed offsets and lag of a group",
+        cmd_describe,
+        positional=("group", "GROUP"),
     )
-    describe.add_argument("group", metavar="GROUP")
-    describe.add_argument("--json", action="store_true", help="print JSON")
-    add_bootstrap_flag(describe)
-    set_command(describe, cmd_describe)
 
 
 def main(argv: Sequence[str]) -> int:

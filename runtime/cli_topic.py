@@ -41,6 +41,7 @@ from runtime.cli_common import (
     SubParsers,
     UnknownTopicError,
     add_bootstrap_flag,
+    add_query_command,
     console,
     error,
     fetch_metadata,
@@ -135,18 +136,14 @@ def register(subparsers: SubParsers[argparse.ArgumentParser]) -> None:
     add_bootstrap_flag(create)
     set_command(create, cmd_create)
 
-    listing = actions.add_parser("list", help="list the topics")
-    listing.add_argument("--json", action="store_true", help="print JSON")
-    add_bootstrap_flag(listing)
-    set_command(listing, cmd_list)
-
-    describe = actions.add_parser(
-        "describe", help="leader, ISR, replicas and high watermark per partition"
+    add_query_command(actions, "list", "list the topics", cmd_list)
+    add_query_command(
+        actions,
+        "describe",
+        "leader, ISR, replicas and high watermark per partition",
+        cmd_describe,
+        positional=("name", "NAME"),
     )
-    describe.add_argument("name", metavar="NAME")
-    describe.add_argument("--json", action="store_true", help="print JSON")
-    add_bootstrap_flag(describe)
-    set_command(describe, cmd_describe)
 
 
 def main(argv: Sequence[str]) -> int:

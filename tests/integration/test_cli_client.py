@@ -29,7 +29,7 @@ from typing import Final
 import pytest
 
 from bench.cluster import BenchCluster
-from runtime import cli_data, cli_status, cli_topic
+from runtime import cli_data, cli_group, cli_status, cli_topic
 from runtime.cli_common import SubParsers
 from runtime.clock import SystemClock
 from runtime.config import Source
@@ -508,12 +508,18 @@ def test_consume_unknown_partition_exits_1(
         ["consume"],
         ["cluster", "status", "--yaml"],
         ["config", "show", "--set"],
+        ["group", "describe"],
+        ["group", "list", "--bootstrap", "no-port"],
+        ["group"],
     ],
 )
 def test_bad_arguments_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    main = {"topic": cli_topic.main, "cluster": cli_status.main, "config": cli_status.main}.get(
-        argv[0], cli_data.main
-    )
+    main = {
+        "topic": cli_topic.main,
+        "group": cli_group.main,
+        "cluster": cli_status.main,
+        "config": cli_status.main,
+    }.get(argv[0], cli_data.main)
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "usage:" in err

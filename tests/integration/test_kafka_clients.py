@@ -391,7 +391,9 @@ async def test_group_list_and_describe_show_members_offsets_and_lag(
         clients = sorted(m["client_id"] for m in described["members"])
         assert clients == ["member-0", "member-1"]
         owned = {
-            p: m["member_id"] for m in described["members"] for p in m["assignment"]["group-described"]
+            p: m["member_id"]
+            for m in described["members"]
+            for p in m["assignment"]["group-described"]
         }
         assert sorted(owned) == list(range(PARTITIONS))
         assert all(m["subscription"] == ["group-described"] for m in described["members"])
