@@ -614,6 +614,12 @@ class GroupShard(Actor):
         session = waits.sessions.get(message.member_id)
         if session is None or session[0] != message.token:
             return  # heartbeat since: a newer alarm stands
+        if message.member_id in waits.joins or message.member_id in waits.syncs:
+            # Waiting in JoinGroup or SyncGroup counts as alive (Kafka's hasSatisfiedHeartbeat):
+            # the rebalance timeout bounds that wait, not the session timeout, which may be
+            # much shorter. Completing the join or the sync re-arms the session anyway.
+            self._arm_session(group, message.member_id)
+            return
         log.info("%s: member %s of %s timed out", self.name, message.member_id, group.group_id)
         self._remove_member(group, message.member_id)
         self._after_member_left(group)

@@ -279,6 +279,27 @@ async def test_a_silent_member_is_removed_at_its_session_timeout(
     assert (answer.generation_id, [m.member_id for m in answer.members]) == (generation + 1, [a])
 
 
+async def test_a_member_waiting_in_join_outlives_its_session_timeout(
+    shard: GroupShard, clock: ManualClock
+) -> None:
+    """Only the rebalance timeout bounds a parked JoinGroup: a joiner waits for old members that
+    heartbeat but are slow to rejoin (a consumer busy with its last batch) longer than its own
+    session timeout, and is in the next generation."""
+    generation, (a, b) = await stable_group(shard, clock, ["a", "b"])
+    c, c_join = await new_member(shard, "c")
+    for _ in range(5):  # 15 s: past c's session timeout, within the 20 s rebalance timeout
+        clock.advance(3_000)
+        for member in (a, b):
+            beat_answer = await shard.ask(beat(generation, member))
+            assert beat_answer.error_code == ErrorCode.REBALANCE_IN_PROGRESS
+    assert not c_join.done()
+    rejoins = [await join(shard, member, client) for member, client in ((a, "a"), (b, "b"))]
+    answers = [await result(f) for f in [*rejoins, c_join]]
+    assert [x.error_code for x in answers] == [ErrorCode.NONE] * 3
+    assert {x.generation_id for x in answers} == {generation + 1}
+    assert set(shard.groups["g"].members) == {a, b, c}
+
+
 async def test_leave_rebalances_and_the_last_leave_empties(
     shard: GroupShard, clock: ManualClock
 ) -> None:
