@@ -9,6 +9,11 @@ beginning and from a given offset, offsets listed (earliest, latest, by timestam
 leader killed while the client produces with acks=all: every acknowledged record is read back
 at the offset its acknowledgement named. kcat lists metadata, produces and consumes.
 
+Consumer groups: aiokafka members share a topic's partitions, commit and resume; confluent-kafka
+and kafka-python consumers resume from their committed offsets; `ketch group list | describe`
+shows a live group's members, assignments, offsets and lag; committed offsets survive a kill -9
+of the group's coordinator, with the same consumer finding the new one.
+
 The processes run on the wall clock: every wait is a bounded poll of a condition; the children
 are killed by PID whatever happens.
 """
@@ -429,36 +434,70 @@ async def test_group_list_and_describe_show_members_offsets_and_lag(
     assert "'no-such-group' does not exist" in err
 
 
-async def test_confluent_group_resumes_from_committed_offsets(cluster: ProcessCluster) -> None:
-    driver = driver_for(cluster, "confluent")
-    await ready_topic(cluster, driver, "grouped-confluent")
-    first = await produce_spread(driver, "grouped-confluent", 12, "first")
+def confluent_group_read(
+    bootstrap: str, topic: str, group: str, expected: set[bytes]
+) -> set[bytes]:
+    """Subscribe as a member of `group`, read until `expected` (bounded), commit, close."""
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    found: set[bytes] = set()
+    deadline = time.monotonic() + WAIT_S
+    try:
+        while found != expected and time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                found.add(message.value() or b"")
+        consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
+    return found
 
-    def consume(expected: set[bytes]) -> set[bytes]:
-        consumer = confluent_kafka.Consumer(
-            {
-                "bootstrap.servers": cluster.kafka_bootstrap(),
-                "group.id": "confluent-group",
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": False,
-            }
-        )
-        consumer.subscribe(["grouped-confluent"])
-        found: set[bytes] = set()
-        deadline = time.monotonic() + WAIT_S
-        try:
-            while found != expected and time.monotonic() < deadline:
-                message = consumer.poll(0.2)
-                if message is not None and message.error() is None:
-                    found.add(message.value() or b"")
-            consumer.commit(asynchronous=False)
-        finally:
-            consumer.close()
-        return found
 
-    assert await asyncio.to_thread(consume, first) == first
-    later = await produce_spread(driver, "grouped-confluent", 3, "later")
-    assert await asyncio.to_thread(consume, later) == later
+def kafka_python_group_read(
+    bootstrap: str, topic: str, group: str, expected: set[bytes]
+) -> set[bytes]:
+    """The same with kafka-python (its own, older, versions of the group APIs)."""
+    consumer = kafka.KafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    found: set[bytes] = set()
+    deadline = time.monotonic() + WAIT_S
+    try:
+        while found != expected and time.monotonic() < deadline:
+            for messages in consumer.poll(timeout_ms=200).values():
+                found.update(m.value for m in messages)
+        consumer.commit()
+    finally:
+        consumer.close()
+    return found
+
+
+GROUP_READERS: Final = {"confluent": confluent_group_read, "kafka-python": kafka_python_group_read}
+
+
+@pytest.mark.parametrize("client", sorted(GROUP_READERS))
+async def test_a_group_resumes_from_committed_offsets(cluster: ProcessCluster, client: str) -> None:
+    driver = driver_for(cluster, client)
+    topic = f"grouped-{client}"
+    await ready_topic(cluster, driver, topic)
+    read = functools.partial(
+        GROUP_READERS[client], cluster.kafka_bootstrap(), topic, f"{client}-group"
+    )
+    first = await produce_spread(driver, topic, 12, "first")
+    assert await asyncio.to_thread(read, first) == first
+    later = await produce_spread(driver, topic, 3, "later")
+    assert await asyncio.to_thread(read, later) == later, "a new member starts where it committed"
 
 
 async def stop_aiokafka(consumer: aiokafka.AIOKafkaConsumer) -> None:
