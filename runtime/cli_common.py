@@ -22,7 +22,7 @@ import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Final, TextIO
+from typing import Final, Protocol, TextIO, TypeVar
 
 from rich.console import Console
 
@@ -236,6 +236,35 @@ def _root_reason(exc: BaseException) -> str:
         cause = cause.__cause__ or cause.__context__
         seen += 1
     return reason
+
+
+class JsonShaped(Protocol):
+    def to_json(self) -> dict[str, object]: ...
+
+
+J = TypeVar("J", bound=JsonShaped)
+
+
+def run_query(
+    prog: str,
+    args: argparse.Namespace,
+    fetch: Callable[[Client], Awaitable[J]],
+    show: Callable[[J], None],
+) -> int:
+    """A read-only command: `fetch` what it shows through a client of `args.bootstrap`, then
+    print it as JSON (`args.json`) or with `show`."""
+    bootstrap: Address = args.bootstrap
+
+    async def work() -> int:
+        async with open_client(bootstrap) as client:
+            found = await fetch(client)
+        if args.json:
+            print_json(found.to_json())
+        else:
+            show(found)
+        return EXIT_OK
+
+    return run_async(prog, bootstrap, work)
 
 
 def error(prog: str, message: str) -> None:

@@ -51,6 +51,7 @@ from runtime.cli_common import (
     print_json,
     run_argv,
     run_async,
+    run_query,
 )
 from runtime.cli_topic import high_watermarks, leaders_of
 from runtime.net.client import Client
@@ -278,18 +279,9 @@ async def list_groups(client: Client) -> tuple[list[ListedGroupRow], list[tuple[
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
-    bootstrap: Address = args.bootstrap
-
-    async def work() -> int:
-        async with open_client(bootstrap) as client:
-            description = await describe_group(client, args.group)
-        if args.json:
-            print_json(description.to_json())
-        else:
-            _print_description(description)
-        return EXIT_OK
-
-    return run_async(PROG, bootstrap, work)
+    return run_query(
+        PROG, args, lambda client: describe_group(client, args.group), _print_description
+    )
 
 
 async def describe_group(client: Client, group_id: str) -> GroupDescription:

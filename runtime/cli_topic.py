@@ -51,6 +51,7 @@ from runtime.cli_common import (
     print_json,
     run_argv,
     run_async,
+    run_query,
     set_command,
 )
 from runtime.config import ConfigError, parse_override
@@ -283,18 +284,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
-    bootstrap: Address = args.bootstrap
-
-    async def work() -> int:
-        async with open_client(bootstrap) as client:
-            description = await describe_topic(client, args.name)
-        if args.json:
-            print_json(description.to_json())
-        else:
-            _print_description(description)
-        return EXIT_OK
-
-    return run_async(PROG, bootstrap, work)
+    return run_query(
+        PROG, args, lambda client: describe_topic(client, args.name), _print_description
+    )
 
 
 async def describe_topic(client: Client, name: str) -> TopicDescription:

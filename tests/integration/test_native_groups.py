@@ -23,7 +23,9 @@ from bench.failover import ProcessCluster, running_cluster, wait_fully_replicate
 from runtime.net.client import Client
 from runtime.net.client_errors import ClientError
 from runtime.net.transport import Address
-from tests.integration.test_cluster_processes import PROPERTIES
+
+# Few offsets partitions and no initial rebalance delay, as for the Kafka clients' group tests.
+from tests.integration.test_kafka_clients import CLUSTER_PROPERTIES, OFFSETS_PARTITIONS
 from wire.errors import ErrorCode
 from wire.group_records import OFFSETS_TOPIC, partition_for
 from wire.messages import (
@@ -53,15 +55,9 @@ from wire.messages import (
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 WAIT_S: Final = 30.0
-OFFSETS_PARTITIONS: Final = 3
 SESSION_MS: Final = 6_000  # Kafka's group.min.session.timeout.ms: the shortest a group allows
 GROUP: Final = "native-group"
 TOPIC: Final = "orders"  # committed offsets need no topic: the coordinator does not check
-CLUSTER_PROPERTIES: Final = {
-    **PROPERTIES,
-    "offsets.topic.num.partitions": OFFSETS_PARTITIONS,
-    "group.initial.rebalance.delay.ms": 0,
-}
 R = TypeVar("R", bound=Response)
 
 
