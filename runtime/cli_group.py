@@ -14,8 +14,9 @@ describe FindCoordinator for the group, then at the coordinator DescribeGroups (
          committed offset and no lag.
 
 A coordinator that is moving or loading (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS,
-COORDINATOR_NOT_AVAILABLE) is asked again, rediscovering it, for up to GROUP_WAIT_S. A group
-the coordinator does not know (state Dead, no committed offsets) is an error: "does not exist".
+COORDINATOR_NOT_AVAILABLE, or a coordinator that cannot be reached) is asked again,
+rediscovering it, for up to GROUP_WAIT_S. A group the coordinator does not know (state Dead,
+no committed offsets) is an error: "does not exist".
 
 `--json` (a shape of ketch's own; DESIGN fixes none):
     list:     {"groups": [{"group", "state", "protocol_type", "coordinator"}]}
@@ -55,7 +56,7 @@ from runtime.cli_common import (
 )
 from runtime.cli_topic import high_watermarks, leaders_of
 from runtime.net.client import Client
-from runtime.net.client_errors import ClientError
+from runtime.net.client_errors import ClientError, ConnectionFailedError, ConnectionLostError
 from runtime.net.transport import Address
 from wire.errors import ErrorCode, KafkaError
 from wire.kafka.consumer_protocol import read_assignment, read_subscription
@@ -70,6 +71,8 @@ from wire.messages import (
     ListGroupsResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
+    Request,
+    Response,
 )
 
 PROG: Final = "ketch group"
@@ -330,17 +333,13 @@ async def _ask_coordinator(
     _check(coordinator.error_code, "FindCoordinator")
     address = Address(coordinator.host, coordinator.port)
 
-    described = await client.send(
-        address, DescribeGroupsRequest(groups=[group_id]), timeout_ms=REQUEST_TIMEOUT_MS
-    )
+    described = await _at_coordinator(client, address, DescribeGroupsRequest(groups=[group_id]))
     if not isinstance(described, DescribeGroupsResponse) or len(described.groups) != 1:
         raise TypeError(f"DescribeGroups answered with {described!r}")
     group = described.groups[0]
     _check(group.error_code, "DescribeGroups")
 
-    fetched = await client.send(
-        address, OffsetFetchRequest(group_id=group_id), timeout_ms=REQUEST_TIMEOUT_MS
-    )
+    fetched = await _at_coordinator(client, address, OffsetFetchRequest(group_id=group_id))
     if not isinstance(fetched, OffsetFetchResponse):
         raise TypeError(f"OffsetFetch answered with {type(fetched).__name__}")
     _check(fetched.error_code, "OffsetFetch")
@@ -351,6 +350,15 @@ async def _ask_coordinator(
             if p.committed_offset >= 0:
                 committed[(topic.name, p.partition_index)] = p.committed_offset
     return coordinator.node_id, group, committed
+
+
+async def _at_coordinator(client: Client, address: Address, request: Request) -> Response:
+    """A request to the coordinator FindCoordinator named; one that cannot be reached (killed,
+    and the cluster has not yet moved its partition's leadership) is looked up again."""
+    try:
+        return await client.send(address, request, timeout_ms=REQUEST_TIMEOUT_MS)
+    except (ConnectionFailedError, ConnectionLostError):
+        raise _Retry(ErrorCode.COORDINATOR_NOT_AVAILABLE) from None
 
 
 def _check(code: int, what: str) -> None:

@@ -12,14 +12,16 @@ are killed by PID whatever happens.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 import pytest
 import pytest_asyncio
 
 from bench.failover import ProcessCluster, running_cluster, wait_fully_replicated, wait_until
+from runtime import cli_group
 from runtime.net.client import Client
 from runtime.net.client_errors import ClientError
 from runtime.net.transport import Address
@@ -186,8 +188,15 @@ def committed_offsets(answer: OffsetFetchResponse) -> dict[int, int]:
     return {p.partition_index: p.committed_offset for t in answer.topics for p in t.partitions}
 
 
+def ketch_group_describe(capsys: pytest.CaptureFixture[str], bootstrap: Address) -> tuple[int, Any]:
+    """`ketch group describe GROUP --json`: (exit code, the JSON or stderr)."""
+    code = cli_group.main(["group", "describe", GROUP, "--json", "--bootstrap", str(bootstrap)])
+    out, err = capsys.readouterr()
+    return code, json.loads(out) if code == 0 else err
+
+
 async def test_a_group_over_the_native_protocol_survives_its_coordinators_death(
-    cluster: ProcessCluster,
+    cluster: ProcessCluster, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # One client (so one connection to the coordinator) per member, as with real consumers:
     # responses on a connection leave in request order, so a member's heartbeat must not queue
@@ -233,6 +242,12 @@ async def test_a_group_over_the_native_protocol_survives_its_coordinators_death(
         await cluster.broker(coordinator_id).kill()
         with pytest.raises(ClientError):
             await a.heartbeat()  # the connection to the dead coordinator fails
+        # `ketch group describe` at once, through a live broker: it rediscovers the coordinator
+        # (FindCoordinator may name the dead one for a moment) and waits out the load.
+        live = next(
+            address for b_id, address in cluster.addresses.items() if b_id != coordinator_id
+        )
+        describing = asyncio.create_task(asyncio.to_thread(ketch_group_describe, capsys, live))
 
         # As a client does: rediscover on a failed connection or NOT_COORDINATOR (FindCoordinator
         # may still name the dead broker until the controller has moved the leadership), ask
@@ -268,6 +283,16 @@ async def test_a_group_over_the_native_protocol_survives_its_coordinators_death(
         assert await b.heartbeat() is ErrorCode.NONE
         fetched = await a.ask(OffsetFetchRequest(group_id=GROUP), OffsetFetchResponse)
         assert committed_offsets(fetched) == {0: 7, 1: 9, 2: 4}, cluster.logs()
+        code, described = await describing
+        assert code == 0, described
+        assert sorted(m["member_id"] for m in described["members"]) == sorted(
+            [a.member_id, b.member_id]
+        )
+        assert {o["partition"]: o["committed_offset"] for o in described["offsets"]} == {
+            0: 7,
+            1: 9,
+            2: 4,
+        }
         assert await a.commit({0: 8}) == [0]
 
         left = await b.ask(
