@@ -353,6 +353,14 @@ def ketch_group(
     return code, out if table else json.loads(out)
 
 
+def confluent_group_admin(bootstrap: str, group: str) -> tuple[list[str], Any]:
+    """The group ids librdkafka's admin client lists, and its description of `group`."""
+    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": bootstrap})
+    listed = admin.list_consumer_groups(request_timeout=WAIT_S).result()
+    described = admin.describe_consumer_groups([group], request_timeout=WAIT_S)[group].result()
+    return [g.group_id for g in listed.valid], described
+
+
 async def test_group_list_and_describe_show_members_offsets_and_lag(
     cluster: ProcessCluster, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -419,6 +427,16 @@ async def test_group_list_and_describe_show_members_offsets_and_lag(
         assert code == 0, text
         for shown in ("state Stable", "member-0", "member-1", "group-described:"):
             assert shown in text
+
+        names, seen = await asyncio.to_thread(
+            confluent_group_admin, cluster.kafka_bootstrap(), "described-group"
+        )
+        assert "described-group" in names, "ListGroups through librdkafka's admin client"
+        assert seen.state == confluent_kafka.ConsumerGroupState.STABLE
+        assert sorted(m.client_id for m in seen.members) == ["member-0", "member-1"]
+        assert sorted(
+            tp.partition for m in seen.members for tp in m.assignment.topic_partitions
+        ) == list(range(PARTITIONS)), "DescribeGroups, with each member's assignment"
 
         code, listed = await asyncio.to_thread(ketch_group, capsys, cluster, "list")
         assert code == 0, listed
