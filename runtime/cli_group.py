@@ -270,7 +270,7 @@ async def list_groups(client: Client) -> tuple[list[ListedGroupRow], list[tuple[
                 ListedGroupRow(g.group_id, g.group_state, g.protocol_type, node_id)
                 for g in outcome.groups
             )
-        elif isinstance(outcome, ClientError | KafkaError | _Retry):
+        elif isinstance(outcome, ClientError | KafkaError | CliError):
             silent.append((node_id, str(outcome)))
         else:
             raise outcome  # a bug, not a broker that did not answer
