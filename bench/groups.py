@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import itertools
 import json
 import logging
@@ -115,11 +116,10 @@ def _shared(members: Sequence[Member], since_ns: int) -> bool:
 class Trials:
     """One cluster's scenarios, for one client."""
 
-    def __init__(self, bootstrap: str, topic: str, client: str, delay_ms: int) -> None:
+    def __init__(self, bootstrap: str, topic: str, client: str) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
         self.client = client
-        self.delay_ms = delay_ms
         self._names = itertools.count()
 
     def member(self, group: str) -> Member:
@@ -216,7 +216,7 @@ async def _cluster_run(
         topic = await _prepare(bootstrap)
         results = []
         for client in clients:
-            runs = Trials(bootstrap, topic, client, delay_ms)
+            runs = Trials(bootstrap, topic, client)
             console.print(f"[{client}, initial delay {delay_ms} ms] {trials} trial(s)")
             baseline = [await runs.assign_to_first_record() for _ in range(trials)]
             first = [await runs.subscribe_to_first_record() for _ in range(trials)]
@@ -258,8 +258,6 @@ def print_table(console: Console, results: Sequence[Result]) -> None:
 
 
 def document(results: Sequence[Result], clients: Sequence[str], trials: int) -> dict[str, Any]:
-    import importlib.metadata
-
     baselines = _baselines(results)
     return {
         "config": {
