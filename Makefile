@@ -31,6 +31,7 @@ test: lint typecheck pytest
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
@@ -57,4 +58,4 @@ bench: $(STAMP)
 	$(PY) -m bench.groups --json bench-groups.json
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis .import_linter_cache

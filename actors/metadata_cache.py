@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from actors.views import NO_LEADER
-from runtime.log.partition_dir import TopicPartition
 from wire.errors import ErrorCode
 from wire.messages import (
     ZERO_UUID,
@@ -41,6 +40,7 @@ from wire.messages import (
     UpdateMetadataPartitionState,
     UpdateMetadataRequest,
 )
+from wire.topic import TopicPartition
 
 LEADER_DURING_DELETE = -2
 NO_CONTROLLER = -1

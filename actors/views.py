@@ -12,13 +12,13 @@ import enum
 from dataclasses import dataclass
 
 from runtime.log.offsets import LogOffsetMetadata
-from runtime.log.partition_dir import TopicPartition
+from wire.topic import TopicPartition
 
 NO_LEADER = -1
 
 
 class Role(enum.Enum):
-    """A hosted replica's role; its legal moves are a table in actors/partition.py."""
+    """A hosted replica's role; its legal moves are a table in actors/replication/partition.py."""
 
     NONE = "none"  # created, no LeaderAndIsr applied yet
     LEADER = "leader"

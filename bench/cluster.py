@@ -1,5 +1,5 @@
 """An in-process cluster for benchmarks: N `BrokerNode`s and the controller
-(`runtime.controller_node.ControllerNode`) over real TCP on 127.0.0.1, one event loop.
+(`node.controller.node.ControllerNode`) over real TCP on 127.0.0.1, one event loop.
 
 Topics are created with CreateTopics through a broker (one partition on brokers
 0..replication_factor-1, broker 0 leading); the brokers register and heartbeat as in a real
@@ -14,15 +14,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Final
 
-from actors.controller_messages import ControllerConfig
+from actors.controller.messages import ControllerConfig
 from actors.views import Role
-from runtime.broker_config import BrokerConfig
+from client.client import Client
+from node.broker.config import BrokerConfig
+from node.broker.node import BrokerNode
+from node.controller.node import ControllerNode
 from runtime.clock import Clock
-from runtime.controller_node import ControllerNode
-from runtime.log.partition_dir import TopicPartition
-from runtime.net.client import Client
 from runtime.net.transport import Address, Transport
-from runtime.node import BrokerNode
 from wire.errors import ErrorCode
 from wire.messages import (
     CreatableReplicaAssignment,
@@ -30,6 +29,7 @@ from wire.messages import (
     CreateTopicsRequest,
     CreateTopicsResponse,
 )
+from wire.topic import TopicPartition
 
 SECRET: Final = b"ketch-bench-cluster-secret-0123456789"
 LOCALHOST: Final = "127.0.0.1"

@@ -4,7 +4,7 @@ acknowledged by its successor, in real processes on 127.0.0.1.
     python -m bench.failover [--runs 5] [--json F] [--session-timeout-ms 2000]
                              [--heartbeat-interval-ms 500]
 
-The cluster is a controller and three brokers, each `python -m runtime.cli controller|broker`
+The cluster is a controller and three brokers, each `python -m cli.main controller|broker`
 (the command line contract of DESIGN.md) with one TOML config file, and a topic with one
 partition, replication factor 3 and min.insync.replicas=2. Each run kills the partition's current
 leader with SIGKILL and watches, from the benchmark process, through the surviving brokers only:
@@ -57,11 +57,11 @@ from typing import Final
 from rich.console import Console
 from rich.table import Table
 
+from client.client import Client
+from client.config import ClientConfig
+from client.errors import ClientError
 from runtime.clock import SystemClock
 from runtime.config import Value
-from runtime.net.client import Client
-from runtime.net.client_config import ClientConfig
-from runtime.net.client_errors import ClientError
 from runtime.net.tcp import TcpTransport
 from runtime.net.transport import Address
 from wire.errors import ErrorCode
@@ -165,7 +165,7 @@ class Child:
             self.process = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "runtime.cli",
+                "cli.main",
                 *self.argv,
                 cwd=REPO,
                 stdin=asyncio.subprocess.DEVNULL,

@@ -49,7 +49,7 @@ from rich.table import Table
 from bench.group_members import MEMBERS, Member, now_ns
 from bench.latency_cluster import kafka_process_cluster
 from bench.latency_kafka_clients import client as kafka_client
-from runtime.net.client_config import ACKS_ALL
+from client.config import ACKS_ALL
 from runtime.net.tcp import TcpTransport
 
 EXIT_OK: Final = 0

@@ -11,7 +11,7 @@ The cluster: without --bootstrap, a controller and --brokers brokers as child pr
 (`ketch controller` / `ketch broker`, bench/latency_cluster.py), or with --in-process
 bench/cluster.py's in-process cluster on the client's own event loop (then acks=all and
 end-to-end include the followers' work on that one core). If the process commands are not
-registered in runtime/cli.py the in-process cluster is used, with a warning. With --bootstrap
+registered in cli/main.py the in-process cluster is used, with a warning. With --bootstrap
 an existing cluster is measured. Each scenario gets its own run-unique topic with
 RF=min(3, brokers), min.insync.replicas=min(2, RF).
 
@@ -58,7 +58,7 @@ unreachable, a request failed); 2 bad arguments.
 Tests (tests/integration/test_bench_latency.py) run the in-process cluster for speed and
 the process cluster under the `slow` marker.
 
-This module is the command line only (argparse, no heavy imports: runtime/cli.py imports it to
+This module is the command line only (argparse, no heavy imports: cli/main.py imports it to
 register the command); bench/latency_run.py runs the benchmark.
 """
 
@@ -71,7 +71,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from runtime.net.client_config import ACKS_ALL
+from client.config import ACKS_ALL
 from runtime.net.transport import Address
 
 EXIT_OK: Final = 0
@@ -204,7 +204,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "latency", help="request latency: floor, produce acks 0/1/all, end-to-end, throughput"
     )
     build_parser(latency)
-    # runtime/cli.py dispatches on `handler`; `func` is the name the issue's brief used.
+    # cli/main.py dispatches on `handler`; `func` is the name the issue's brief used.
     latency.set_defaults(handler=run, func=run)
 
 

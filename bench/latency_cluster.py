@@ -1,11 +1,11 @@
 """The cluster `ketch bench latency` measures when no --bootstrap is given.
 
-* `process_cluster`: a controller and N brokers as child processes (`python -m runtime.cli
+* `process_cluster`: a controller and N brokers as child processes (`python -m cli.main
   controller|broker ...`, DESIGN.md's command line contract) on free 127.0.0.1 ports, in a
   temporary data dir with its own `cluster.secret`. Preferred: the followers' fetch and append
   work then runs on other cores, not on the benchmark client's event loop.
 * `in_process_cluster`: bench/cluster.py's BenchCluster (the real controller and brokers, TCP,
-  ONE event loop shared with the client), for when the process commands are not available.
+  ONE event loop shared with the client), with --in-process.
 
 Both are async context managers yielding the brokers' addresses. `kafka_process_cluster` is
 the process cluster with each broker also serving the Kafka wire protocol (`--kafka-listen` on
@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Final
 
 from bench.cluster import BenchCluster
+from client.client import Client
+from client.errors import ClientError
 from runtime.clock import SystemClock
-from runtime.net.client import Client
-from runtime.net.client_errors import ClientError
 from runtime.net.transport import Address, Transport
 from wire.messages import DescribeClusterRequest, DescribeClusterResponse
 
@@ -45,18 +45,6 @@ _LOG_TAIL_CHARS: Final = 2_000
 # backoff before it gives up, as Kafka's does.
 TEARDOWN_PROPERTIES: Final = {"controlled.shutdown.enable": False}
 BENCH_OFFSETS_PARTITIONS: Final = 3
-
-
-def process_commands_available() -> bool:
-    """True when `ketch controller` and `ketch broker` are registered in runtime/cli.py."""
-    from runtime import cli
-
-    parser = cli.build_parser()
-    for action in parser._actions:
-        choices = getattr(action, "choices", None)
-        if isinstance(choices, dict):
-            return {"controller", "broker"} <= set(choices)
-    return False
 
 
 @contextlib.asynccontextmanager
@@ -103,7 +91,7 @@ async def _spawn(name: str, args: list[str], logs: Path) -> _Child:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "runtime.cli",
+            "cli.main",
             *args,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=out,

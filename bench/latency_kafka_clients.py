@@ -50,7 +50,7 @@ import confluent_kafka
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from runtime.net.client_config import ACKS_ALL
+from client.config import ACKS_ALL
 
 CLIENTS: Final = ("confluent", "aiokafka")
 POLL_TIMEOUT_S: Final = 0.1  # the poller's wait per call: bounds how long a stop takes

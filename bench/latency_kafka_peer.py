@@ -16,7 +16,7 @@ A second ketch as the peer (what the tests run):
     ketch bench latency --protocol kafka --peer-cmd \\
         'ketch up --brokers 3 --port {native_port} --kafka-port {port} --data-dir {dir}'
 
-(or `python -m runtime.cli up ...` when `ketch` is not on PATH). An Apache Kafka in KRaft mode
+(or `python -m cli.main up ...` when `ketch` is not on PATH). An Apache Kafka in KRaft mode
 would be started by a script that formats {dir} and writes a server.properties with
 `listeners=PLAINTEXT://127.0.0.1:{port}`; anything works that serves Kafka clients on {port}.
 

@@ -47,7 +47,7 @@ from bench.latency_scenarios import (
     acks_name,
     drive,
 )
-from runtime.net.client_config import ACKS_ALL
+from client.config import ACKS_ALL
 
 THROUGHPUT_BATCHING: Final = Batching(
     linger_ms=THROUGHPUT_LINGER_MS, batch_bytes=THROUGHPUT_BATCH_BYTES

@@ -28,7 +28,6 @@ from bench.latency_cluster import (
     in_process_cluster,
     kafka_process_cluster,
     process_cluster,
-    process_commands_available,
 )
 from bench.latency_report import (
     PeerReport,
@@ -51,8 +50,8 @@ from bench.latency_scenarios import (
     throughput_scenario,
 )
 from bench.rpc import Tally, echo_floor
+from client.client import Client
 from runtime.clock import SystemClock
-from runtime.net.client import Client
 from runtime.net.tcp import TcpTransport
 from runtime.net.transport import Address
 
@@ -144,14 +143,7 @@ def _cluster_kind(plan: Plan) -> str:
         return "external"
     if plan.in_process:
         return "in-process"
-    if plan.kafka or process_commands_available():  # kafka: the in-process cluster has none
-        return "processes"
-    print(
-        "ketch bench latency: `ketch controller`/`ketch broker` are not available; using the "
-        "in-process cluster (--in-process): followers share the client's event loop",
-        file=sys.stderr,
-    )
-    return "in-process"
+    return "processes"
 
 
 def _config(plan: Plan, cluster_kind: str) -> dict[str, Any]:

@@ -33,13 +33,12 @@ from typing import Final
 from hdrh.histogram import HdrHistogram
 
 from bench.latency_report import ScenarioResult, new_histogram
+from client.accumulator import RecordMetadata
+from client.client import Client
+from client.config import ACKS_ALL, ConsumerConfig, ProducerConfig
+from client.consumer import Consumer
+from client.producer import Producer
 from runtime.clock import SystemClock
-from runtime.log.partition_dir import TopicPartition
-from runtime.net.accumulator import RecordMetadata
-from runtime.net.client import Client
-from runtime.net.client_config import ACKS_ALL, ConsumerConfig, ProducerConfig
-from runtime.net.consumer import Consumer
-from runtime.net.producer import Producer
 from runtime.net.transport import Address, Transport
 from wire.errors import ErrorCode
 from wire.messages import (
@@ -48,6 +47,7 @@ from wire.messages import (
     CreateTopicsRequest,
     CreateTopicsResponse,
 )
+from wire.topic import TopicPartition
 
 MAX_IN_FLIGHT: Final = 10_000  # open loop: beyond this the generator waits (and still charges)
 E2E_FETCH_MAX_WAIT_MS: Final = 500

@@ -2,7 +2,7 @@
 
     python -m bench.replication [--duration S] [--json FILE]
 
-Everything runs in ONE process on ONE uvloop event loop: the brokers (`runtime.node.BrokerNode`
+Everything runs in ONE process on ONE uvloop event loop: the brokers (`node.broker.node.BrokerNode`
 over `TcpTransport` on 127.0.0.1, ephemeral ports, `SystemClock`), the bench controller
 (bench/cluster.py), the native producer and consumer. So the acks=all figures include the
 followers' fetch and append work done on the same loop (and core) as the leader's and the
@@ -43,19 +43,23 @@ from typing import Any, Final
 
 from hdrh.histogram import HdrHistogram
 
-from actors.partition_messages import AppendAsFollower, FollowerAppendResult, LeaderAppendResult
+from actors.replication.partition_messages import (
+    AppendAsFollower,
+    FollowerAppendResult,
+    LeaderAppendResult,
+)
 from bench.cluster import BenchCluster
 from bench.rpc import Tally, echo_floor
+from client.client import Client
+from client.config import ConsumerConfig, ProducerConfig
+from client.consumer import Consumer
+from client.producer import Producer
+from node.broker.node import BrokerNode
 from runtime.clock import SystemClock
-from runtime.log.partition_dir import TopicPartition
-from runtime.net.client import Client
-from runtime.net.client_config import ConsumerConfig, ProducerConfig
-from runtime.net.consumer import Consumer
-from runtime.net.producer import Producer
 from runtime.net.tcp import TcpTransport, new_event_loop
-from runtime.node import BrokerNode
 from wire.errors import ErrorCode
 from wire.messages import FetchRequest, FetchResponse, ProduceRequest, ProduceResponse
+from wire.topic import TopicPartition
 
 VALUE: Final = b"v" * 100
 WARMUP: Final = 300

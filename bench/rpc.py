@@ -11,7 +11,7 @@ Three systems run in the same process and event loop (uvloop by default), each o
   and writes it back. No typed messages, no dispatch: what Python itself costs for one framed
   msgpack round trip on this machine.
 * **rpc**: `runtime.net.server.Server` on `TcpTransport` with a no-op ApiVersions handler,
-  driven by the real `runtime.net.client.Client` (`send()` to an address: correlation, request
+  driven by the real `client.client.Client` (`send()` to an address: correlation, request
   timeout, typed decoding).
 * **server**: the same server driven by a minimal pipelined client defined here (frames,
   checks correlation ids, decodes typed responses, nothing else), isolating the server's cost.
@@ -46,9 +46,9 @@ from typing import Any
 import msgpack
 from hdrh.histogram import HdrHistogram
 
+from client.client import Client
+from client.config import ClientConfig
 from runtime.clock import SystemClock
-from runtime.net.client import Client
-from runtime.net.client_config import ClientConfig
 from runtime.net.server import RequestContext, Server, ServerConfig
 from runtime.net.tcp import TcpTransport, new_event_loop
 from runtime.net.transport import Address, Stream
@@ -247,7 +247,7 @@ async def _server_with_minimal_client(
 
 
 async def _server_with_client(requests: int, warmup: int, serial: Tally, windowed: Tally) -> None:
-    """The same server, driven by `runtime.net.client.Client` (timeouts, correlation, typing)."""
+    """The same server, driven by `client.client.Client` (timeouts, correlation, typing)."""
     transport = TcpTransport()
     request = ApiVersionsRequest()
     async with _no_op_server(transport) as server:

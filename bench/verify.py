@@ -45,8 +45,8 @@ from rich.table import Table
 from runtime.clock import SystemClock
 from runtime.log.config import LogManagerConfig
 from runtime.log.manager import LogManager
-from runtime.log.partition_dir import TopicPartition
 from wire.records import build_batch
+from wire.topic import TopicPartition
 
 TOPIC: Final = "bench"
 REPLICAS: Final = 3

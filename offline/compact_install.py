@@ -47,7 +47,6 @@ from offline.compact_plan import CompactError
 from runtime.log.checkpoints import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile, fsync_dir
 from runtime.log.errors import CorruptCheckpointError
 from runtime.log.manager import LOCK_FILE
-from runtime.log.partition_dir import TopicPartition
 from runtime.log.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -57,6 +56,7 @@ from runtime.log.segment import (
     TIME_INDEX_SUFFIX,
     file_name_prefix,
 )
+from wire.topic import TopicPartition
 
 StepHook = Callable[[str], None]
 # The .log first (see step 4); the copy and the deletion use the same order.

@@ -32,7 +32,6 @@ from runtime.log.checkpoints import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpo
 from runtime.log.config import LogConfig
 from runtime.log.errors import CorruptCheckpointError
 from runtime.log.file_batches import FileBatches
-from runtime.log.partition_dir import TopicPartition
 from runtime.log.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -40,6 +39,7 @@ from runtime.log.segment import (
     SWAP_SUFFIX,
     offset_from_file_name,
 )
+from wire.topic import TopicPartition
 
 TOPIC_CONFIGS_FILE: Final = "topic-configs.json"
 DEFAULT_DELETE_RETENTION_MS: Final = 86_400_000  # Kafka's delete.retention.ms: one day

@@ -72,8 +72,12 @@ from runtime.log.checkpoints import (
     PartitionMetadataFile,
 )
 from runtime.log.manager import CLEAN_SHUTDOWN_FILE
-from runtime.log.partition_dir import TopicPartition, is_delete_dir, is_ignored_dir
+from runtime.log.partition_dir import (
+    is_delete_dir,
+    is_ignored_dir,
+)
 from runtime.log.segment import LOG_SUFFIX, offset_from_file_name
+from wire.topic import TopicPartition
 
 FORMAT: Final = "ketch"
 VERIFY_LEVEL: Final = "verify"  # `ketch verify`'s working table (`VERIFY_SCHEMA`, below)

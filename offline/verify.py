@@ -68,7 +68,7 @@ from runtime.log.checkpoints import (
 )
 from runtime.log.errors import CorruptCheckpointError
 from runtime.log.manager import CLEAN_SHUTDOWN_FILE
-from runtime.log.partition_dir import TopicPartition
+from wire.topic import TopicPartition
 
 EXIT_CLEAN: Final = 0
 EXIT_FINDINGS: Final = 1

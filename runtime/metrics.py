@@ -236,7 +236,8 @@ class RequestMetrics:
 class IsrChangeCounter:
     """Counts committed ISR changes of a broker's partitions (Kafka's IsrShrinksPerSec,
     IsrExpandsPerSec, FailedIsrUpdatesPerSec). Partition actors call it from their handlers on
-    the loop thread, so plain integers suffice. It satisfies actors.partition.IsrChangeListener."""
+    the loop thread, so plain integers suffice. It satisfies
+    actors.replication.partition.IsrChangeListener."""
 
     __slots__ = ("expands", "failed", "shrinks")
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Final
 
 from runtime.log.errors import CorruptCheckpointError
-from runtime.log.partition_dir import TopicPartition
+from wire.topic import TopicPartition
 
 CURRENT_VERSION: Final = 0
 TMP_SUFFIX: Final = ".tmp"

@@ -60,9 +60,10 @@ from runtime.log.errors import (
     LogDirLockedError,
 )
 from runtime.log.log import Log
-from runtime.log.partition_dir import TopicPartition, is_delete_dir, is_ignored_dir
+from runtime.log.partition_dir import delete_dir_name, is_delete_dir, is_ignored_dir
 from runtime.log.recovery import RecoveryReport
 from runtime.log.segment import LogSegment
+from wire.topic import TopicPartition
 
 LOCK_FILE: Final = ".lock"
 CLEAN_SHUTDOWN_FILE: Final = ".kafka_cleanshutdown"
@@ -256,7 +257,7 @@ class LogManager:
         if log is None or directory is None:
             return None
         log.close()
-        doomed = directory / tp.delete_dir_name()
+        doomed = directory / delete_dir_name(tp)
         log.rename_directory(doomed)
         fsync_dir(directory)
         self._doomed_dirs.append((self._clock.monotonic_ms(), doomed))

@@ -1,6 +1,7 @@
 """The controller's durable metadata log: append-only commits of msgpack records, plus snapshots.
 
-The controller (actors/controller.py) turns every change of its metadata — brokers, topics,
+The controller (actors/controller/controller.py) turns every change of its metadata — brokers,
+topics,
 assignments, leader/ISR, epochs — into records (msgpack-able dicts whose meaning only it knows),
 commits them here before acting on them, and after a restart replays `load()`'s records to
 rebuild its state. This module knows nothing about what the records say.

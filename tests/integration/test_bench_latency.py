@@ -22,7 +22,6 @@ import pytest
 from hdrh.histogram import HdrHistogram
 
 from bench import latency
-from bench.latency_cluster import process_commands_available
 from bench.latency_kafka_peer import (
     NATIVE_OFFSETS,
     PeerError,
@@ -128,10 +127,6 @@ def test_full_closed_loop_run_has_every_scenario(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not process_commands_available(),
-    reason="`ketch controller`/`ketch broker` are not registered in runtime/cli.py yet",
-)
 def test_process_cluster_run(tmp_path: Path) -> None:
     """The default path: a controller and 3 brokers as child processes (slow to start: each
     imports the runtime), measured with acks=all; the children are stopped afterwards."""
@@ -237,13 +232,8 @@ KAFKA_NAMES = [
     )
     for client in ("confluent", "aiokafka")
 ]
-needs_processes = pytest.mark.skipif(
-    not process_commands_available(),
-    reason="`ketch controller`/`ketch broker` are not registered in runtime/cli.py yet",
-)
 
 
-@needs_processes
 def test_kafka_protocol_run_drives_every_scenario_with_both_clients(tmp_path: Path) -> None:
     """A process cluster with Kafka listeners; every cluster scenario once per client, each with
     records counted; the floors stay; the clients' settings are in the config."""
@@ -275,7 +265,6 @@ def test_kafka_protocol_run_drives_every_scenario_with_both_clients(tmp_path: Pa
 
 
 @pytest.mark.slow
-@needs_processes
 def test_peer_cmd_run_measures_a_second_ketch_and_prints_ratios(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -286,7 +275,7 @@ def test_peer_cmd_run_measures_a_second_ketch_and_prints_ratios(
     out_json = tmp_path / "out.json"
     out_png = tmp_path / "out.png"
     peer_cmd = (
-        f"{sys.executable} -m runtime.cli up --brokers 3 --port {{native_port}} "
+        f"{sys.executable} -m cli.main up --brokers 3 --port {{native_port}} "
         "--kafka-port {port} --data-dir {dir}"
     )
     code = latency.main(

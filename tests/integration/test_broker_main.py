@@ -1,4 +1,4 @@
-"""`ketch broker` as a real process (`python -m runtime.broker_main`) on 127.0.0.1, against a
+"""`ketch broker` as a real process (`python -m node.broker.main`) on 127.0.0.1, against a
 fake controller served by the test process: it registers, heartbeats, serves, and on SIGTERM
 runs the controlled shutdown and a clean stop (exit 0, clean-shutdown marker).
 
@@ -22,12 +22,12 @@ from typing import Final
 import pytest
 
 from bench.failover import ProcessCluster, running_cluster
-from runtime.broker_config import KAFKA_LISTENER, NATIVE_LISTENER
-from runtime.broker_main import BrokerSettings, build_parser, main, settings_from_args
+from client.client import Client
+from node.broker.config import KAFKA_LISTENER, NATIVE_LISTENER
+from node.broker.main import BrokerSettings, build_parser, main, settings_from_args
 from runtime.clock import SystemClock
 from runtime.config import Source
 from runtime.log.manager import CLEAN_SHUTDOWN_FILE
-from runtime.net.client import Client
 from runtime.net.server import RequestContext, Server
 from runtime.net.tcp import TcpTransport
 from runtime.net.transport import Address
@@ -157,7 +157,7 @@ async def test_broker_process_registers_serves_and_stops_cleanly_on_sigterm(
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "runtime.broker_main",
+            "node.broker.main",
             "--id",
             "0",
             "--data-dir",

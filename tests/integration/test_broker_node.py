@@ -12,14 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from runtime.broker_config import BrokerConfig
+from client.client import Client
+from client.config import ConsumerConfig, ProducerConfig
+from client.consumer import Consumer, ConsumerRecord
+from client.producer import Producer
+from node.broker.config import BrokerConfig
 from runtime.clock import ManualClock
 from runtime.log.manager import CLEAN_SHUTDOWN_FILE
-from runtime.log.partition_dir import TopicPartition
-from runtime.net.client import Client
-from runtime.net.client_config import ConsumerConfig, ProducerConfig
-from runtime.net.consumer import Consumer, ConsumerRecord
-from runtime.net.producer import Producer
 from runtime.net.tcp import TcpTransport
 from runtime.net.transport import Address
 from tests.sim.cluster_harness import Cluster
@@ -30,6 +29,7 @@ from wire.messages import (
     LeaderAndIsrRequest,
     LeaderAndIsrResponse,
 )
+from wire.topic import TopicPartition
 
 TOPIC = "events"
 TP = TopicPartition(TOPIC, 0)

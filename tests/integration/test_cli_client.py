@@ -29,16 +29,19 @@ from typing import Final
 import pytest
 
 from bench.cluster import BenchCluster
-from runtime import cli_data, cli_group, cli_status, cli_topic
-from runtime.cli_common import SubParsers
+from cli import data as cli_data
+from cli import group as cli_group
+from cli import status as cli_status
+from cli import topic as cli_topic
+from cli.common import SubParsers
+from client.client import Client
+from client.config import ConsumerConfig
+from client.consumer import Consumer
 from runtime.clock import SystemClock
 from runtime.config import Source
-from runtime.log.partition_dir import TopicPartition
-from runtime.net.client import Client
-from runtime.net.client_config import ConsumerConfig
-from runtime.net.consumer import Consumer
 from runtime.net.tcp import TcpTransport
 from runtime.net.transport import Address
+from wire.topic import TopicPartition
 
 BROKERS: Final = 3
 REPO: Final = Path(__file__).resolve().parents[2]
@@ -585,8 +588,8 @@ def test_config_show_refuses_bad_configuration(
 def test_controller_property_names_are_the_ones_it_reads() -> None:
     """Each ControllerConfig name `config show` lists must be read by
     `ControllerConfig.from_properties`: setting it to another value changes the config."""
-    from actors.controller_messages import ControllerConfig
-    from runtime import controller_main
+    from actors.controller.messages import ControllerConfig
+    from node.controller import main as controller_main
 
     defaults = controller_main.controller_config_defaults()
     assert set(defaults) <= set(cli_status.node_property_defaults())
@@ -604,7 +607,7 @@ def test_controller_property_names_are_the_ones_it_reads() -> None:
 def _child(cluster: ClusterThread, argv: list[str]) -> subprocess.Popen[bytes]:
     """A `ketch produce|consume` process (the module's main, as the entry point calls it)."""
     argv = [*argv, "--bootstrap", cluster.bootstrap]
-    code = f"import sys; from runtime import cli_data; sys.exit(cli_data.main({argv!r}))"
+    code = f"import sys; from cli import data as cli_data; sys.exit(cli_data.main({argv!r}))"
     return subprocess.Popen(
         [sys.executable, "-c", code],
         cwd=REPO,
@@ -646,7 +649,7 @@ def test_ctrl_c_ends_produce_and_consume_promptly(cluster: ClusterThread) -> Non
 def test_other_cluster_commands_join_the_cluster_group() -> None:
     """`register(..., cluster_extensions)` puts another module's commands (shutdown-broker,
     start-broker) next to `status` under one `cluster` parser, dispatching on `func` and on
-    `handler` (runtime/cli.py's attribute)."""
+    `handler` (cli/main.py's attribute)."""
 
     def shutdown_broker(args: argparse.Namespace) -> int:
         return 40 + int(args.broker_id)

@@ -1,8 +1,8 @@
-"""The cluster in real processes: `ketch controller` and `ketch broker` (`python -m runtime.cli`),
+"""The cluster in real processes: `ketch controller` and `ketch broker` (`python -m cli.main`),
 on 127.0.0.1, with bench.failover.ProcessCluster as the harness.
 
 The failover test: a controller and three brokers, a topic with 3 partitions, RF=3 and
-min.insync.replicas=2 created through a broker; a producer (runtime/net/producer.py, acks=all,
+min.insync.replicas=2 created through a broker; a producer (client/producer.py, acks=all,
 retries on) writes continuously from the test process while the leader of each partition in turn
 is killed with SIGKILL, replaced by the controller once its session times out, restarted, and
 waited for until it is back in the ISR. Afterwards every acknowledged record is readable where its
@@ -13,7 +13,7 @@ stop of every node the three replicas hold identical batch bytes below the high 
 The processes run on the wall clock, so waits are bounded polls of a condition (the harness's
 `wait_until`), never sleeps standing in for one; every child is killed by PID in a `finally`.
 The other tests cover `ketch controller`'s own contract: exit codes, the secret lookup, the
-config, and the shared run loop of runtime/process.py (in-process, with a fake node).
+config, and the shared run loop of node/process.py (in-process, with a fake node).
 """
 
 from __future__ import annotations
@@ -41,15 +41,15 @@ from bench.failover import (
     wait_fully_replicated,
     wait_until,
 )
-from runtime import process
+from client.config import ClientConfig, ConsumerConfig, ProducerConfig
+from client.consumer import Consumer, ConsumerRecord
+from client.producer import Producer, RecordMetadata
+from node import process
+from node.controller.main import build_parser, main, settings_from_args
 from runtime.config import Source, Value
-from runtime.controller_main import build_parser, main, settings_from_args
 from runtime.log.checkpoints import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
-from runtime.log.partition_dir import TopicPartition
-from runtime.net.client_config import ClientConfig, ConsumerConfig, ProducerConfig
-from runtime.net.consumer import Consumer, ConsumerRecord
-from runtime.net.producer import Producer, RecordMetadata
 from wire.records import iter_batches
+from wire.topic import TopicPartition
 
 TOPIC: Final = "events"
 PARTITIONS: Final = 3
@@ -359,7 +359,7 @@ async def controller_process(
 ) -> AsyncIterator[asyncio.subprocess.Process]:
     with log_path.open("wb") as log:
         child = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "runtime.cli", "controller",
+            sys.executable, "-m", "cli.main", "controller",
             "--data-dir", str(data_dir), "--listen", "127.0.0.1:0", *extra,
             cwd=REPO, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
         )  # fmt: skip
@@ -478,7 +478,7 @@ def test_secret_file_flag_wins_over_the_layout(tmp_path: Path) -> None:
 
 
 def test_the_ketch_command_passes_node_commands_through(capsys: pytest.CaptureFixture[str]) -> None:
-    from runtime import cli
+    from cli import main as cli
 
     assert cli.main(["controller", "--help"]) == 0
     assert "usage: ketch controller" in capsys.readouterr().out
@@ -491,7 +491,7 @@ def test_the_ketch_command_passes_node_commands_through(capsys: pytest.CaptureFi
     assert (args.command, args.listen, args.set) == ("controller", "h:1", ["a=b"])
 
 
-# -- the run loop both processes share (runtime/process.py) ---------------------------------
+# -- the run loop both processes share (node/process.py) ---------------------------------
 
 
 @dataclass

@@ -39,7 +39,7 @@ import pytest_asyncio
 from confluent_kafka.admin._config import ConfigResource
 
 from bench.failover import ProcessCluster, running_cluster, wait_fully_replicated, wait_until
-from runtime import cli_group
+from cli import group as cli_group
 from runtime.net.tcp import TcpTransport
 from runtime.net.transport import Address
 from tests.integration.kafka_drivers import (

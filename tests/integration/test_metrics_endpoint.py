@@ -16,17 +16,17 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from actors.controller_messages import ControllerConfig
+from actors.controller.messages import ControllerConfig
+from client.client import Client
+from client.config import ConsumerConfig, ProducerConfig
+from client.consumer import Consumer, ConsumerRecord
+from client.producer import Producer
+from node.controller.node import ControllerNode
 from runtime.clock import ManualClock
-from runtime.controller_node import ControllerNode
-from runtime.log.partition_dir import TopicPartition
-from runtime.net.client import Client
-from runtime.net.client_config import ConsumerConfig, ProducerConfig
-from runtime.net.consumer import Consumer, ConsumerRecord
-from runtime.net.producer import Producer
 from runtime.net.tcp import TcpTransport
 from runtime.net.transport import Address
 from tests.sim.cluster_harness import SECRET, Cluster
+from wire.topic import TopicPartition
 
 TOPIC = "metered"
 TP = TopicPartition(TOPIC, 0)

@@ -21,9 +21,9 @@ import pytest
 import pytest_asyncio
 
 from bench.failover import ProcessCluster, running_cluster, wait_fully_replicated, wait_until
-from runtime import cli_group
-from runtime.net.client import Client
-from runtime.net.client_errors import ClientError
+from cli import group as cli_group
+from client.client import Client
+from client.errors import ClientError
 from runtime.net.transport import Address
 
 # Few offsets partitions and no initial rebalance delay, as for the Kafka clients' group tests.

@@ -1,5 +1,6 @@
-"""`ketch up` as a real process tree on 127.0.0.1: the supervisor (`python -m runtime.up`), the
-controller and three brokers (`python -m runtime.cli controller|broker`).
+"""`ketch up` as a real process tree on 127.0.0.1: the supervisor (`python -m cli.up.supervisor`),
+the
+controller and three brokers (`python -m cli.main controller|broker`).
 
 One scenario, in order: ready (cluster.json with each broker's Kafka port, every broker registered,
 the layout and the secret's mode); a topic created through a broker; records produced with acks=all
@@ -32,18 +33,17 @@ from typing import Any, Final
 
 import pytest
 
-from runtime.broker_main import build_parser, settings_from_args
-from runtime.cli_cluster_admin import control_broker
-from runtime.clock import SystemClock
-from runtime.log.manager import CLEAN_SHUTDOWN_FILE
-from runtime.net.auth import MIN_SECRET_BYTES
-from runtime.net.client import Client
-from runtime.net.client_errors import ClientError
-from runtime.net.consumer import Consumer
-from runtime.net.producer import Producer
-from runtime.net.tcp import TcpTransport
-from runtime.net.transport import Address
-from runtime.up import (
+from cli.cluster_admin import control_broker
+from cli.up.control import (
+    SHUTDOWN_BROKER,
+    START_BROKER,
+    ControlReply,
+    ControlRequest,
+    decode_reply,
+    decode_request,
+)
+from cli.up.layout import Layout, NodeEntry, cluster_document
+from cli.up.supervisor import (
     CONTROLLER_PORT_OFFSET,
     KAFKA_OFF,
     Child,
@@ -52,16 +52,17 @@ from runtime.up import (
     UpOptions,
     child_specs,
 )
-from runtime.up import main as up_main
-from runtime.up_control import (
-    SHUTDOWN_BROKER,
-    START_BROKER,
-    ControlReply,
-    ControlRequest,
-    decode_reply,
-    decode_request,
-)
-from runtime.up_layout import Layout, NodeEntry, cluster_document
+from cli.up.supervisor import main as up_main
+from client.client import Client
+from client.consumer import Consumer
+from client.errors import ClientError
+from client.producer import Producer
+from node.broker.main import build_parser, settings_from_args
+from runtime.clock import SystemClock
+from runtime.log.manager import CLEAN_SHUTDOWN_FILE
+from runtime.net.auth import MIN_SECRET_BYTES
+from runtime.net.tcp import TcpTransport
+from runtime.net.transport import Address
 from tests.integration.test_broker_main import kafka_api_versions
 from wire.errors import ErrorCode
 from wire.messages import (
@@ -141,7 +142,7 @@ class Cluster:
         with self.output.open("ab") as out:
             self.up = subprocess.Popen(
                 [
-                    sys.executable, "-m", "runtime.up", "--brokers", str(BROKERS),
+                    sys.executable, "-m", "cli.up.supervisor", "--brokers", str(BROKERS),
                     "--data-dir", str(self.data_dir), "--port", str(self.port),
                     "--kafka-port", str(self.port + KAFKA_OFFSET), "--config", str(self.config),
                 ],
@@ -356,7 +357,7 @@ def test_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 def test_admin_commands_without_a_cluster(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from runtime.cli import main
+    from cli.main import main
 
     assert main(["cluster", "shutdown-broker", "1", "--data-dir", str(tmp_path)]) == 1
     assert f"no `ketch up` cluster is running at {tmp_path}" in capsys.readouterr().err

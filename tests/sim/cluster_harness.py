@@ -1,5 +1,5 @@
 """Support for the cluster tests (no tests here): N `BrokerNode`s and the real controller
-(`runtime.controller_node.ControllerNode`) in one process.
+(`node.controller.node.ControllerNode`) in one process.
 
 Brokers register and heartbeat; topics are created with CreateTopics through a broker (which
 forwards it to the controller); a killed broker (links cut, `crash()`) is noticed by the
@@ -19,17 +19,15 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Final, TypeVar
 
-from actors.controller_messages import ControllerConfig
-from actors.controller_model import PartitionRecord
+from actors.controller.messages import ControllerConfig
 from actors.views import Role
-from runtime.broker_config import BrokerConfig
+from client.client import Client
+from node.broker.config import BrokerConfig
+from node.broker.node import BrokerNode, NodeState
+from node.controller.node import ControllerNode
 from runtime.clock import ManualClock
-from runtime.controller_node import ControllerNode
-from runtime.log.partition_dir import TopicPartition
-from runtime.net.client import Client
 from runtime.net.memory import LinkConfig, MemoryNetwork
 from runtime.net.transport import Address, Transport
-from runtime.node import BrokerNode, NodeState
 from wire.errors import ErrorCode
 from wire.messages import (
     CreatableReplicaAssignment,
@@ -40,6 +38,8 @@ from wire.messages import (
     Request,
     Response,
 )
+from wire.metadata_records import PartitionRecord
+from wire.topic import TopicPartition
 
 T = TypeVar("T")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runtime.net.client import Client
+from client.client import Client
 from tests.sim.cluster_harness import SECRET, Cluster
 from wire.errors import ErrorCode
 from wire.messages import (

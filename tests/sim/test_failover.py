@@ -18,11 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from runtime.log.partition_dir import TopicPartition
-from runtime.net.client import Client
-from runtime.net.client_config import ClientConfig, ConsumerConfig
-from runtime.net.client_errors import ClientError
-from runtime.net.consumer import Consumer, ConsumerRecord
+from client.client import Client
+from client.config import ClientConfig, ConsumerConfig
+from client.consumer import Consumer, ConsumerRecord
+from client.errors import ClientError
 from runtime.net.memory import LinkConfig
 from tests.sim.cluster_harness import Cluster
 from wire.errors import ErrorCode
@@ -34,6 +33,7 @@ from wire.messages import (
     TopicProduceData,
 )
 from wire.records import build_batch, iter_batches
+from wire.topic import TopicPartition
 
 TOPIC = "orders"
 TP = TopicPartition(TOPIC, 0)

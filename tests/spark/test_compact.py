@@ -22,7 +22,6 @@ from runtime.clock import ManualClock
 from runtime.log.checkpoints import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from runtime.log.config import LogManagerConfig
 from runtime.log.manager import LogManager
-from runtime.log.partition_dir import TopicPartition
 from tests.unit.offline.test_compact_write import (
     COMPACT_PROPS,
     RETENTION_MS,
@@ -33,6 +32,7 @@ from tests.unit.offline.test_compact_write import (
     read_partition,
 )
 from wire.records import Record
+from wire.topic import TopicPartition
 
 # Each test runs one or two Spark jobs; under a loaded machine that outlasts the default 120 s.
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]

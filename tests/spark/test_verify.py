@@ -20,7 +20,6 @@ from pyspark.sql import SparkSession
 from offline.verify import main, run_verify
 from runtime.log.checkpoints import RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile
 from runtime.log.manager import CLEAN_SHUTDOWN_FILE
-from runtime.log.partition_dir import TopicPartition
 from tests.unit.offline.helpers import (
     EVENTS,
     TABLE,
@@ -34,6 +33,7 @@ from tests.unit.offline.helpers import (
     with_changed_value,
 )
 from wire.records import iter_records
+from wire.topic import TopicPartition
 
 pytestmark = pytest.mark.spark
 

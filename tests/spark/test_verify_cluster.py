@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from client.client import Client
+from client.config import ProducerConfig
+from client.producer import Producer
 from offline.verify import run_verify
-from runtime.net.client import Client
-from runtime.net.client_config import ProducerConfig
-from runtime.net.producer import Producer
 from tests.sim.cluster_harness import Cluster
 
 pytestmark = pytest.mark.spark

@@ -38,11 +38,12 @@ import jsonschema
 import pytest
 from ruamel.yaml import YAML
 
-from runtime import broker_main, controller_main
-from runtime.broker_config import KAFKA_LISTENER
+from node.broker import main as broker_main
+from node.broker.config import KAFKA_LISTENER
+from node.controller import main as controller_main
+from node.process import read_secret
 from runtime.metrics import METRICS_PORT_KEY
 from runtime.net.transport import Address
-from runtime.process import read_secret
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
@@ -560,7 +561,7 @@ def test_controller_command_parses_and_resolves(compose: dict[str, Any], tmp_pat
 
 def test_every_command_parses_with_the_ketch_command(compose: dict[str, Any]) -> None:
     """What the containers really run: the image's entrypoint `ketch` with the command."""
-    from runtime import cli
+    from cli import main as cli
 
     for name, service in compose["services"].items():
         if name == SECRET_SERVICE:  # runs python, not ketch

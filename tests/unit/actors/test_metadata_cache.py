@@ -10,7 +10,6 @@ from actors.metadata_cache import (
     MetadataCache,
     StaleControllerEpochError,
 )
-from runtime.log.partition_dir import TopicPartition
 from wire.errors import ErrorCode
 from wire.messages import (
     MetadataRequest,
@@ -20,6 +19,7 @@ from wire.messages import (
     UpdateMetadataPartitionState,
     UpdateMetadataRequest,
 )
+from wire.topic import TopicPartition
 
 ORDERS_ID = bytes(range(1, 17))
 AUDIT_ID = bytes(range(17, 33))

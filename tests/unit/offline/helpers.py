@@ -30,7 +30,6 @@ from runtime.clock import ManualClock
 from runtime.log.config import LogConfig, LogManagerConfig
 from runtime.log.log import Log
 from runtime.log.manager import LogManager
-from runtime.log.partition_dir import TopicPartition
 from wire.records import (
     BatchHeader,
     CompressionType,
@@ -41,6 +40,7 @@ from wire.records import (
     iter_records,
     validate_batch,
 )
+from wire.topic import TopicPartition
 
 with warnings.catch_warnings():
     # kafka-python loads its protocol schemas through a deprecated importlib API on import.

@@ -20,8 +20,8 @@ from runtime.clock import ManualClock
 from runtime.log.checkpoints import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from runtime.log.config import LogManagerConfig
 from runtime.log.manager import LogManager
-from runtime.log.partition_dir import TopicPartition
 from wire.records import Record
+from wire.topic import TopicPartition
 
 from .test_compact_write import TOPIC, BrokerDir, build_broker_dir, config, read_partition
 

@@ -30,7 +30,6 @@ from runtime.clock import ManualClock
 from runtime.log.config import LogConfig, LogManagerConfig
 from runtime.log.log import Log
 from runtime.log.manager import LogManager
-from runtime.log.partition_dir import TopicPartition
 from runtime.log.segment import LOG_SUFFIX
 from wire.records import (
     BatchHeader,
@@ -40,6 +39,7 @@ from wire.records import (
     iter_batches,
     iter_records,
 )
+from wire.topic import TopicPartition
 
 WALL_MS = 1_700_000_000_000
 TOPIC = "t"

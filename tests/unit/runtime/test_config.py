@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.broker_config import BrokerConfig, known_properties, property_defaults
+from node.broker.config import BrokerConfig, known_properties, property_defaults
 from runtime.config import (
     ConfigError,
     Source,

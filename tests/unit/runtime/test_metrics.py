@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from actors.partition import PartitionActor, PartitionConfig
-from actors.partition_messages import BecomeLeader, MaybeShrinkIsr
+from actors.replication.partition import PartitionActor, PartitionConfig
+from actors.replication.partition_messages import BecomeLeader, MaybeShrinkIsr
+from node.broker.config import BrokerConfig, property_defaults
 from runtime.actor import ActorStatistics
-from runtime.broker_config import BrokerConfig, property_defaults
 from runtime.clock import NS_PER_MS, ManualClock
 from runtime.log.config import LogConfig
 from runtime.log.log import Log
@@ -33,7 +33,7 @@ from runtime.metrics import (
     metrics_port,
     request_name,
 )
-from tests.unit.actors.partition_harness import (
+from tests.unit.actors.replication.partition_harness import (
     LAG_MS,
     TP,
     RecordingListener,

@@ -12,7 +12,8 @@ from runtime.log.checkpoints import (
     PartitionMetadataFile,
 )
 from runtime.log.errors import CorruptCheckpointError
-from runtime.log.partition_dir import TopicPartition, is_delete_dir
+from runtime.log.partition_dir import delete_dir_name, is_delete_dir
+from wire.topic import TopicPartition
 
 
 def test_offset_checkpoint_kafka_text_layout(tmp_path: Path) -> None:
@@ -104,7 +105,7 @@ def test_topic_partition_dir_names() -> None:
     tp = TopicPartition.from_dir_name("my-topic-12")
     assert tp == TopicPartition("my-topic", 12)
     assert tp.dir_name == "my-topic-12"
-    assert is_delete_dir(tp.delete_dir_name())
+    assert is_delete_dir(delete_dir_name(tp))
     for bad in ["nopartition", "topic-", "topic-x", "topic-01", "-3"]:
         with pytest.raises(ValueError):  # noqa: PT011
             TopicPartition.from_dir_name(bad)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.cli import main
+from cli.main import main
 from runtime.clock import ManualClock
 from runtime.log.config import LogConfig
 from runtime.log.dump import dump_log_files

@@ -9,7 +9,8 @@ from runtime.clock import ManualClock
 from runtime.log.config import LogConfig, LogManagerConfig
 from runtime.log.errors import InconsistentTopicIdError, LogDirError, LogDirLockedError
 from runtime.log.manager import CLEAN_SHUTDOWN_FILE, LogManager
-from runtime.log.partition_dir import TopicPartition, is_delete_dir
+from runtime.log.partition_dir import is_delete_dir
+from wire.topic import TopicPartition
 
 from .helpers import WALL_MS, batch
 

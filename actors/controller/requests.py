@@ -1,0 +1,123 @@
+"""What the controller tells brokers, built from its model: LeaderAndIsr and UpdateMetadata
+partition states, the live-broker list, live leaders and topic configs.
+
+Pure functions of the model (and of the controller's liveness sets), so the actor only decides
+*which* partitions and brokers a request is for. A topic queued for deletion is announced with
+leader -2 (Kafka's LeaderDuringDelete): brokers stop serving it before its replicas are deleted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+
+from actors.controller.model import ControllerModel
+from actors.metadata_cache import LEADER_DURING_DELETE
+from wire.messages import (
+    LeaderAndIsrLiveLeader,
+    LeaderAndIsrPartitionState,
+    TopicConfigEntry,
+    TopicConfigs,
+    UpdateMetadataBroker,
+    UpdateMetadataEndpoint,
+    UpdateMetadataPartitionState,
+)
+from wire.metadata_records import PartitionRecord
+
+NATIVE_LISTENER = "native"
+
+
+def leader_and_isr_state(
+    model: ControllerModel, partition: PartitionRecord, *, is_new: bool = False
+) -> LeaderAndIsrPartitionState:
+    topic = model.topic_by_id(partition.topic_id)
+    assert topic is not None, partition
+    return LeaderAndIsrPartitionState(
+        topic_name=topic.name,
+        topic_id=partition.topic_id,
+        partition_index=partition.partition,
+        controller_epoch=model.controller_epoch,
+        leader=partition.leader,
+        leader_epoch=partition.leader_epoch,
+        isr=list(partition.isr),
+        partition_epoch=partition.partition_epoch,
+        replicas=list(partition.replicas),
+        is_new=is_new,
+    )
+
+
+def update_metadata_state(
+    model: ControllerModel, partition: PartitionRecord, live: Collection[int]
+) -> UpdateMetadataPartitionState:
+    topic = model.topic_by_id(partition.topic_id)
+    assert topic is not None, partition
+    deleting = model.is_queued_for_deletion(partition.topic_id)
+    return UpdateMetadataPartitionState(
+        topic_name=topic.name,
+        topic_id=partition.topic_id,
+        partition_index=partition.partition,
+        controller_epoch=model.controller_epoch,
+        leader=LEADER_DURING_DELETE if deleting else partition.leader,
+        leader_epoch=partition.leader_epoch,
+        isr=list(partition.isr),
+        partition_epoch=partition.partition_epoch,
+        replicas=list(partition.replicas),
+        offline_replicas=[r for r in partition.replicas if r not in live],
+    )
+
+
+def live_broker_entries(model: ControllerModel, live: Iterable[int]) -> list[UpdateMetadataBroker]:
+    entries = []
+    for broker_id in sorted(live):
+        broker = model.broker(broker_id)
+        assert broker is not None, broker_id
+        entries.append(
+            UpdateMetadataBroker(
+                id=broker_id,
+                endpoints=[
+                    UpdateMetadataEndpoint(host=e.host, port=e.port, listener=e.listener)
+                    for e in broker.endpoints
+                ],
+                rack=broker.rack,
+            )
+        )
+    return entries
+
+
+def live_leaders(
+    model: ControllerModel, partitions: Iterable[PartitionRecord], live: Collection[int]
+) -> list[LeaderAndIsrLiveLeader]:
+    leaders = []
+    for broker_id in sorted({p.leader for p in partitions if p.leader in live}):
+        address = native_address(model, broker_id)
+        if address is not None:
+            host, port = address
+            leaders.append(LeaderAndIsrLiveLeader(broker_id=broker_id, host_name=host, port=port))
+    return leaders
+
+
+def topic_configs(model: ControllerModel, topic_names: Iterable[str]) -> list[TopicConfigs]:
+    entries = []
+    for name in sorted(set(topic_names)):
+        topic = model.topic_by_name(name)
+        if topic is not None:
+            entries.append(
+                TopicConfigs(
+                    topic_name=name,
+                    configs=[
+                        TopicConfigEntry(name=key, value=value)
+                        for key, value in sorted(topic.configs.items())
+                    ],
+                )
+            )
+    return entries
+
+
+def native_address(model: ControllerModel, broker_id: int) -> tuple[str, int] | None:
+    """Where the controller reaches the broker: its native listener."""
+    broker = model.broker(broker_id)
+    if broker is None:
+        return None
+    for endpoint in broker.endpoints:
+        if endpoint.listener == NATIVE_LISTENER:
+            return endpoint.host, endpoint.port
+    return None

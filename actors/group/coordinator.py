@@ -1,0 +1,280 @@
+"""`GroupCoordinator`: a broker's consumer-group coordinator, one `GroupShard` per led partition.
+
+Routing: a group belongs to `__consumer_offsets` partition `partition_for(group, partitions)`;
+this broker coordinates it while it leads that partition. A request for a group whose partition
+is led elsewhere is answered NOT_COORDINATOR (the client asks FindCoordinator again); one whose
+partition is still loading, COORDINATOR_LOAD_IN_PROGRESS.
+
+Leadership moves arrive from the ReplicaManager's hook (`on_leadership_change`, seed 002's
+onLeadershipChange): becoming leader of an offsets partition starts its shard (which loads it),
+becoming follower stops it (its waiting members get NOT_COORDINATOR). Partitions an
+UpdateMetadata deletes arrive from the ReplicaManager's other hook (`on_partitions_deleted`)
+and go to every shard, which drops the groups' offsets of them. The coordinator is an
+actor so those moves are applied one at a time, in the order the ReplicaManager made them; the
+request methods only read the published `shards` map and ask the shard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from actors.group.config import GroupCoordinatorConfig
+from actors.group.shard import (
+    Beat,
+    Commit,
+    Describe,
+    FetchOffsets,
+    GroupShard,
+    Join,
+    Leave,
+    ListAll,
+    OffsetsLog,
+    RemoveOffsets,
+    Sync,
+)
+from runtime.actor import Actor, MailboxError, handles
+from runtime.clock import Clock
+from wire.errors import ErrorCode
+from wire.group_records import OFFSETS_TOPIC, partition_for
+from wire.messages import (
+    DescribedGroup,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetCommitResponsePartition,
+    OffsetCommitResponseTopic,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from wire.topic import TopicPartition
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True)
+class _LeadershipChanged:
+    leaders: tuple[int, ...]
+    followers: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _PartitionsDeleted:
+    partitions: frozenset[tuple[str, int]]
+
+
+class GroupCoordinator(Actor):
+    def __init__(
+        self,
+        log_: OffsetsLog,
+        config: GroupCoordinatorConfig,
+        *,
+        clock: Clock,
+        offsets_partitions: Callable[[], int | None],
+        seed: int = 0,
+    ) -> None:
+        """`offsets_partitions()`: the partition count of __consumer_offsets in the broker's
+        metadata, None while the topic does not exist."""
+        super().__init__("group-coordinator", clock=clock)
+        self._log = log_
+        self.config = config
+        self._offsets_partitions = offsets_partitions
+        self._seed = seed
+        self.shards: dict[int, GroupShard] = {}
+
+    # -- leadership --------------------------------------------------------------------------
+
+    def on_leadership_change(
+        self, leaders: Sequence[TopicPartition], followers: Sequence[TopicPartition]
+    ) -> None:
+        """The ReplicaManager's hook (synchronous): queue the move for the actor."""
+        led = tuple(tp.partition for tp in leaders if tp.topic == OFFSETS_TOPIC)
+        followed = tuple(tp.partition for tp in followers if tp.topic == OFFSETS_TOPIC)
+        if led or followed:
+            try:
+                self.try_tell(_LeadershipChanged(led, followed))
+            except MailboxError:
+                log.warning("group coordinator stopped or full; leadership move dropped")
+
+    @handles(_LeadershipChanged)
+    async def _leadership_changed(self, message: _LeadershipChanged) -> None:
+        for partition in message.followers:
+            shard = self.shards.pop(partition, None)
+            if shard is not None:
+                log.info("unloading groups of %s-%d", OFFSETS_TOPIC, partition)
+                await shard.stop()
+        for partition in message.leaders:
+            previous = self.shards.pop(partition, None)
+            if previous is not None:
+                await previous.stop()  # a new leader epoch: load again from the log
+            shard = GroupShard(
+                partition, self._log, self.config, clock=self.clock, seed=self._seed + partition
+            )
+            log.info("loading groups of %s-%d", OFFSETS_TOPIC, partition)
+            await shard.start()
+            self.shards[partition] = shard
+
+    def on_partitions_deleted(self, partitions: Sequence[TopicPartition]) -> None:
+        """The ReplicaManager's hook for partitions an UpdateMetadata deleted (synchronous)."""
+        gone = frozenset((tp.topic, tp.partition) for tp in partitions if tp.topic != OFFSETS_TOPIC)
+        if gone:
+            try:
+                self.try_tell(_PartitionsDeleted(gone))
+            except MailboxError:
+                log.warning("group coordinator stopped or full; deleted partitions dropped")
+
+    @handles(_PartitionsDeleted)
+    async def _partitions_deleted(self, message: _PartitionsDeleted) -> None:
+        # Through this actor, so a shard started by an earlier leadership move gets it too.
+        for partition, shard in list(self.shards.items()):
+            try:
+                await shard.tell(RemoveOffsets(message.partitions))
+            except MailboxError:
+                log.info("%s-%d unloaded before its deleted offsets went", OFFSETS_TOPIC, partition)
+
+    async def on_stop(self) -> None:
+        shards, self.shards = list(self.shards.values()), {}
+        await asyncio.gather(*(shard.stop() for shard in shards))
+
+    # -- routing -----------------------------------------------------------------------------
+
+    def partition_of(self, group_id: str) -> int:
+        partitions = self._offsets_partitions() or self.config.offsets_topic_num_partitions
+        return partition_for(group_id, partitions)
+
+    def _shard(self, group_id: str) -> GroupShard | ErrorCode:
+        shard = self.shards.get(self.partition_of(group_id))
+        if shard is None or not shard.running:
+            return ErrorCode.NOT_COORDINATOR
+        if shard.loading:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        return shard
+
+    async def join_group(
+        self,
+        request: JoinGroupRequest,
+        *,
+        client_id: str,
+        client_host: str,
+        require_known_member_id: bool,
+    ) -> JoinGroupResponse:
+        shard = self._shard(request.group_id)
+        if isinstance(shard, ErrorCode):
+            return JoinGroupResponse(error_code=shard, member_id=request.member_id)
+        message = Join(request, client_id, client_host, require_known_member_id)
+        try:
+            joined = await shard.ask(message)
+            return await joined
+        except MailboxError:
+            return JoinGroupResponse(
+                error_code=ErrorCode.NOT_COORDINATOR, member_id=request.member_id
+            )
+
+    async def sync_group(self, request: SyncGroupRequest) -> SyncGroupResponse:
+        shard = self._shard(request.group_id)
+        if isinstance(shard, ErrorCode):
+            return SyncGroupResponse(error_code=shard)
+        try:
+            synced = await shard.ask(Sync(request))
+            return await synced
+        except MailboxError:
+            return SyncGroupResponse(error_code=ErrorCode.NOT_COORDINATOR)
+
+    async def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
+        shard = self._shard(request.group_id)
+        if isinstance(shard, ErrorCode):
+            return HeartbeatResponse(error_code=shard)
+        try:
+            return await shard.ask(Beat(request))
+        except MailboxError:
+            return HeartbeatResponse(error_code=ErrorCode.NOT_COORDINATOR)
+
+    async def leave_group(self, request: LeaveGroupRequest) -> LeaveGroupResponse:
+        shard = self._shard(request.group_id)
+        if isinstance(shard, ErrorCode):
+            return LeaveGroupResponse(error_code=shard)
+        try:
+            return await shard.ask(Leave(request))
+        except MailboxError:
+            return LeaveGroupResponse(error_code=ErrorCode.NOT_COORDINATOR)
+
+    async def offset_commit(self, request: OffsetCommitRequest) -> OffsetCommitResponse:
+        shard = self._shard(request.group_id)
+        if not isinstance(shard, ErrorCode):
+            try:
+                stored = await shard.ask(Commit(request))
+                return await stored
+            except MailboxError:
+                shard = ErrorCode.NOT_COORDINATOR
+        return OffsetCommitResponse(
+            topics=[
+                OffsetCommitResponseTopic(
+                    name=topic.name,
+                    partitions=[
+                        OffsetCommitResponsePartition(
+                            partition_index=p.partition_index, error_code=shard
+                        )
+                        for p in topic.partitions
+                    ],
+                )
+                for topic in request.topics
+            ]
+        )
+
+    async def offset_fetch(self, request: OffsetFetchRequest) -> OffsetFetchResponse:
+        shard = self._shard(request.group_id)
+        if isinstance(shard, ErrorCode):
+            return OffsetFetchResponse(error_code=shard)
+        try:
+            return await shard.ask(FetchOffsets(request))
+        except MailboxError:
+            return OffsetFetchResponse(error_code=ErrorCode.NOT_COORDINATOR)
+
+    async def describe_groups(self, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
+        described = []
+        for group_id in request.groups:
+            shard = self._shard(group_id)
+            if isinstance(shard, ErrorCode):
+                described.append(DescribedGroup(error_code=shard, group_id=group_id))
+                continue
+            try:
+                found = await shard.ask(Describe((group_id,)))
+                described.extend(found)
+            except MailboxError:
+                described.append(
+                    DescribedGroup(error_code=ErrorCode.NOT_COORDINATOR, group_id=group_id)
+                )
+        return DescribeGroupsResponse(groups=described)
+
+    async def list_groups(self, request: ListGroupsRequest) -> ListGroupsResponse:
+        """The groups of every offsets partition this broker leads (Kafka lists per broker)."""
+        groups = []
+        code = ErrorCode.NONE
+        for shard in list(self.shards.values()):
+            if shard.loading:
+                code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+                continue
+            try:
+                listed = await shard.ask(ListAll(tuple(request.states_filter)))
+                groups.extend(listed)
+            except MailboxError:
+                continue
+            except ValueError:
+                return ListGroupsResponse(error_code=ErrorCode.INVALID_REQUEST)
+        return ListGroupsResponse(error_code=code, groups=groups)

@@ -1,0 +1,780 @@
+"""`PartitionActor`: one hosted partition — its log, role, epochs, ISR and high watermark.
+
+Kafka's `Partition` guards all of this with `leaderIsrUpdateLock`. Here the actor's own task is
+the only one that touches it: every message (LeaderAndIsr, produce, fetch, the ISR-expiration tick,
+an AlterPartition answer) is handled to completion before the next, so none needs a lock. Others
+read the published `PartitionView`, an immutable snapshot replaced whole after every change.
+
+State owned (all private to the actor's task):
+* the `Log` (opened by the caller, closed by the caller; the actor only reads and writes it);
+* role (a transition table, `_ROLE_MOVES`), leader id, leader epoch, partition epoch, replicas;
+* the committed ISR and at most one pending AlterPartition proposal. While an expansion is
+  pending the high watermark and acks=all count the *maximal* ISR (committed plus the joining
+  replica), while a shrink is pending the old ISR: the leader must act as if both the old and the
+  proposed ISR could be the true one until the controller answers (KIP-497);
+* per remote replica its fetch state (`actors.replication.replica_state.RemoteReplica`).
+
+Behaviour follows seeds 000/002/003 with the later Kafka fixes of DESIGN.md:
+* leader and follower changes are fenced by (leader epoch, partition epoch): a repeat changes
+  nothing, an older pair is refused;
+* a follower never truncates to its high watermark on becoming follower (that lost or diverged
+  committed data, KIP-101); its fetcher truncates by leader epoch (OffsetForLeaderEpoch, then
+  `TruncateTo`);
+* fetches carry the fetcher's leader epoch (KIP-320);
+* a replica joins the ISR only once it reached both the HW and the start of the leader's epoch
+  (KAFKA-7128), and only if its broker is alive and not shutting down (KIP-841).
+
+A log failure (OSError) makes the actor's state untrustworthy: the partition goes OFFLINE and the
+handler raises `ActorFatalError`, so the supervisor (the node) takes over, as Kafka marks a
+partition offline on a log-dir failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+from actors.replication.alter_partition import AlterPartitionSink, IsrProposal, IsrProposalResult
+from actors.replication.partition_messages import (
+    ACKS_ALL,
+    ACKS_LEADER,
+    ACKS_NONE,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    NO_EPOCH,
+    NO_TIMESTAMP,
+    AlterPartitionCompleted,
+    AppendAsFollower,
+    AppendAsLeader,
+    BecomeFollower,
+    BecomeLeader,
+    EpochEndOffset,
+    FetchOffsetForTimestamp,
+    FollowerAppendResult,
+    GetView,
+    LastOffsetForEpoch,
+    LeaderAppendResult,
+    LeadershipResult,
+    MaybeShrinkIsr,
+    OffsetForTimestampResult,
+    PartitionState,
+    ReadRecords,
+    ReadResult,
+    TruncateFullyAndStartAt,
+    TruncateTo,
+)
+from actors.replication.replica_state import RemoteReplica
+from actors.views import NO_LEADER, PartitionView, Role
+from runtime.actor import Actor, ActorFatalError, MailboxClosed, MailboxFull, Supervisor, handles
+from runtime.clock import Clock
+from runtime.log.errors import (
+    InvalidOffsetError,
+    InvalidRecordError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+)
+from runtime.log.log import Log
+from runtime.log.offsets import LogOffsetMetadata
+from runtime.properties import int_property
+from wire.errors import ErrorCode
+from wire.records import CorruptRecordError
+from wire.topic import TopicPartition
+
+log = logging.getLogger(__name__)
+
+# -- configuration --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionConfig:
+    """replica.lag.time.max.ms and min.insync.replicas, with Kafka's defaults."""
+
+    replica_lag_time_max_ms: int = 30_000
+    min_insync_replicas: int = 1
+
+    def __post_init__(self) -> None:
+        if self.replica_lag_time_max_ms < 1:
+            raise ValueError(
+                f"replica.lag.time.max.ms must be >= 1: {self.replica_lag_time_max_ms}"
+            )
+        if self.min_insync_replicas < 1:
+            raise ValueError(f"min.insync.replicas must be >= 1: {self.min_insync_replicas}")
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, object]) -> PartitionConfig:
+        """Read Kafka's property names; other keys are ignored (they belong to other parts)."""
+        values: dict[str, int] = {}
+        for key, field_name in (
+            ("replica.lag.time.max.ms", "replica_lag_time_max_ms"),
+            ("min.insync.replicas", "min_insync_replicas"),
+        ):
+            if key in properties:
+                values[field_name] = int_property(properties, key, 0)
+        return cls(**values)
+
+
+# -- the listener ---------------------------------------------------------------------------------
+
+
+class PartitionListener(Protocol):
+    """Wake-ups for delayed operations (the ReplicaManager's purgatories). Called on the event
+    loop from inside the actor's handler, after the new view is published, so a woken operation
+    reads the state that caused the wake-up."""
+
+    def on_high_watermark_advanced(self, topic_partition: TopicPartition) -> None: ...
+
+    def on_leader_append(self, topic_partition: TopicPartition) -> None: ...
+
+    def on_leadership_changed(self, topic_partition: TopicPartition) -> None: ...
+
+
+class IsrChangeListener(Protocol):
+    """Told of every ISR change the controller committed for a partition this broker leads,
+    and of every failed AlterPartition attempt (Kafka's AlterPartitionListener, behind the
+    IsrShrinksPerSec / IsrExpandsPerSec / FailedIsrUpdatesPerSec meters). Called on the loop
+    thread from inside the actor's handler; it must not block."""
+
+    def mark_shrink(self) -> None: ...
+
+    def mark_expand(self) -> None: ...
+
+    def mark_failed(self) -> None: ...
+
+
+class _NoIsrChangeListener:
+    def mark_shrink(self) -> None:
+        pass
+
+    def mark_expand(self) -> None:
+        pass
+
+    def mark_failed(self) -> None:
+        pass
+
+
+class _NoListener:
+    def on_high_watermark_advanced(self, topic_partition: TopicPartition) -> None:
+        pass
+
+    def on_leader_append(self, topic_partition: TopicPartition) -> None:
+        pass
+
+    def on_leadership_changed(self, topic_partition: TopicPartition) -> None:
+        pass
+
+
+# -- role transitions -----------------------------------------------------------------------------
+
+
+class IllegalRoleTransitionError(RuntimeError):
+    """A move the role table forbids: a bug in the caller or in this actor."""
+
+
+# LEADER -> LEADER and FOLLOWER -> FOLLOWER are new epochs of the same role. OFFLINE is final: an
+# offline partition's actor is stopped and a new one is created if the replica comes back.
+_ROLE_MOVES: Final[dict[Role, frozenset[Role]]] = {
+    Role.NONE: frozenset({Role.LEADER, Role.FOLLOWER, Role.OFFLINE}),
+    Role.LEADER: frozenset({Role.LEADER, Role.FOLLOWER, Role.OFFLINE}),
+    Role.FOLLOWER: frozenset({Role.LEADER, Role.FOLLOWER, Role.OFFLINE}),
+    Role.OFFLINE: frozenset(),
+}
+
+
+def next_role(current: Role, target: Role) -> Role:
+    if target not in _ROLE_MOVES[current]:
+        raise IllegalRoleTransitionError(f"role {current.value} -> {target.value} is not allowed")
+    return target
+
+
+# -- pending ISR change ---------------------------------------------------------------------------
+
+# AlterPartition errors after which the controller guarantees it did not apply the proposal and
+# the partition epoch is current: it is safe to fall back to the committed ISR and retry later.
+_REVERT_ERRORS: Final = frozenset({ErrorCode.OPERATION_NOT_ATTEMPTED, ErrorCode.INELIGIBLE_REPLICA})
+# Errors saying this leader's view is outdated: keep the proposal pending (no further ISR change)
+# until newer state arrives in LeaderAndIsr. Any other error is a failed attempt: resubmit.
+_WAIT_FOR_METADATA_ERRORS: Final = frozenset(
+    {
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.UNKNOWN_TOPIC_ID,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.INVALID_UPDATE_VERSION,
+        ErrorCode.INVALID_REQUEST,
+        ErrorCode.NEW_LEADER_ELECTED,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingIsrChange:
+    proposal: IsrProposal
+    # The ISR the leader counts while waiting: committed + joiner (expand), committed (shrink).
+    maximal_isr: tuple[int, ...]
+
+
+# -- the actor ------------------------------------------------------------------------------------
+
+
+class PartitionActor(Actor):
+    def __init__(
+        self,
+        topic_partition: TopicPartition,
+        local_broker_id: int,
+        partition_log: Log,
+        *,
+        alter_partition_sink: AlterPartitionSink,
+        config: PartitionConfig | None = None,
+        listener: PartitionListener | None = None,
+        is_replica_eligible: Callable[[int], bool] = lambda broker_id: True,
+        isr_change_listener: IsrChangeListener | None = None,
+        clock: Clock | None = None,
+        supervisor: Supervisor | None = None,
+        capacity: int | None = None,
+    ) -> None:
+        super().__init__(
+            f"partition-{topic_partition}@{local_broker_id}",
+            clock=clock,
+            capacity=capacity,
+            supervisor=supervisor,
+        )
+        self.topic_partition = topic_partition
+        self.local_broker_id = local_broker_id
+        self._log = partition_log
+        self._sink = alter_partition_sink
+        self._config = config if config is not None else PartitionConfig()
+        self._listener: PartitionListener = listener if listener is not None else _NoListener()
+        # KIP-841: alive, unfenced, not shutting down (from the metadata cache).
+        self._is_eligible = is_replica_eligible
+        self._isr_changes: IsrChangeListener = (
+            isr_change_listener if isr_change_listener is not None else _NoIsrChangeListener()
+        )
+        self._role = Role.NONE
+        self._leader_id = NO_LEADER
+        self._leader_epoch = NO_EPOCH
+        self._partition_epoch = NO_EPOCH
+        self._replicas: tuple[int, ...] = ()
+        self._isr: tuple[int, ...] = ()
+        self._pending: PendingIsrChange | None = None
+        self._remote: dict[int, RemoteReplica] = {}
+        self._leader_epoch_start_offset = -1
+        self._hw_metadata = self._local_hw_metadata()
+        self._delivery_tasks: set[asyncio.Task[None]] = set()
+        self._view = self._build_view()
+
+    # -- reading without a message ------------------------------------------------------------
+
+    @property
+    def view(self) -> PartitionView:
+        return self._view
+
+    @property
+    def pending_isr_change(self) -> PendingIsrChange | None:
+        """For tests and diagnostics; the ISR fields of the view say the same to other actors."""
+        return self._pending
+
+    @property
+    def _maximal_isr(self) -> tuple[int, ...]:
+        return self._pending.maximal_isr if self._pending is not None else self._isr
+
+    # -- LeaderAndIsr -------------------------------------------------------------------------
+
+    @handles(BecomeLeader)
+    def _become_leader(self, message: BecomeLeader) -> LeadershipResult:
+        state = message.state
+        assert state.leader == self.local_broker_id, (self.name, state)
+        refused = self._check_epochs(state)
+        if refused is not None:
+            return refused
+        was_leader = self._role is Role.LEADER
+        new_epoch = state.leader_epoch > self._leader_epoch
+        starting = new_epoch or not was_leader
+        with self._log_io("become leader"):
+            self._role = next_role(self._role, Role.LEADER)
+            self._apply_assignment(state)
+            now_ms = self.clock.monotonic_ms()
+            if starting:
+                start = self._log.log_end_offset
+                self._log.epoch_cache.assign(state.leader_epoch, start)
+                for replica in self._remote.values():
+                    replica.reset(
+                        now_ms,
+                        start,
+                        new_leader=not was_leader,
+                        in_isr=replica.broker_id in self._isr,
+                    )
+                self._leader_epoch_start_offset = start
+            self._leader_id = self.local_broker_id
+            self._leader_epoch = state.leader_epoch
+            self._partition_epoch = state.partition_epoch
+            self._hw_metadata = self._local_hw_metadata()
+            advanced = self._maybe_increment_high_watermark(now_ms)
+        self._publish(leadership=starting, high_watermark=advanced)
+        return LeadershipResult(ErrorCode.NONE, changed=not was_leader)
+
+    @handles(BecomeFollower)
+    def _become_follower(self, message: BecomeFollower) -> LeadershipResult:
+        state = message.state
+        assert state.leader != self.local_broker_id, (self.name, state)
+        refused = self._check_epochs(state)
+        if refused is not None:
+            return refused
+        # A new epoch under the same leader still needs the fetcher restarted with that epoch.
+        changed = (
+            self._role is not Role.FOLLOWER
+            or self._leader_id != state.leader
+            or state.leader_epoch > self._leader_epoch
+        )
+        # The role and epoch change at once, so a deposed leader stops accepting appends now. No
+        # truncation here: the fetcher truncates by leader epoch before fetching (KIP-101/279).
+        with self._log_io("become follower"):
+            self._role = next_role(self._role, Role.FOLLOWER)
+            self._apply_assignment(state)
+            self._remote.clear()  # only a leader tracks followers
+            self._leader_id = state.leader
+            self._leader_epoch = state.leader_epoch
+            self._partition_epoch = state.partition_epoch
+            self._leader_epoch_start_offset = -1
+            self._hw_metadata = self._local_hw_metadata()
+        self._publish(leadership=changed)
+        return LeadershipResult(ErrorCode.NONE, changed=changed)
+
+    def _check_epochs(self, state: PartitionState) -> LeadershipResult | None:
+        """None when `state` is newer than what was applied and must be applied."""
+        assert self.local_broker_id in state.replicas, (self.name, state)
+        if self._role is Role.NONE:
+            return None
+        applied = (self._leader_epoch, self._partition_epoch)
+        if state.epochs < applied:
+            log.info(
+                "%s: refusing state at epochs %s, older than %s", self.name, state.epochs, applied
+            )
+            return LeadershipResult(ErrorCode.STALE_CONTROLLER_EPOCH)
+        if state.epochs == applied:
+            return LeadershipResult(ErrorCode.NONE, changed=False)
+        return None
+
+    def _apply_assignment(self, state: PartitionState) -> None:
+        """Take the controller's replicas and ISR; whatever was pending is superseded by it."""
+        self._replicas = state.replicas
+        self._isr = state.isr
+        self._pending = None
+        remote_ids = [r for r in state.replicas if r != self.local_broker_id]
+        self._remote = {r: self._remote.get(r) or RemoteReplica(r) for r in remote_ids}
+
+    # -- produce ------------------------------------------------------------------------------
+
+    @handles(AppendAsLeader)
+    def _append_as_leader(self, message: AppendAsLeader) -> LeaderAppendResult:
+        if self._role is not Role.LEADER:
+            return LeaderAppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if message.required_acks not in (ACKS_NONE, ACKS_LEADER, ACKS_ALL):
+            return LeaderAppendResult(ErrorCode.INVALID_REQUIRED_ACKS)
+        min_isr = message.min_insync_replicas or self._config.min_insync_replicas
+        if message.required_acks == ACKS_ALL and len(self._maximal_isr) < min_isr:
+            return LeaderAppendResult(ErrorCode.NOT_ENOUGH_REPLICAS)
+        with self._log_io("leader append"):
+            try:
+                info = self._log.append_as_leader(message.records, self._leader_epoch)
+            except CorruptRecordError:
+                return LeaderAppendResult(ErrorCode.CORRUPT_MESSAGE)
+            except RecordTooLargeError:
+                return LeaderAppendResult(ErrorCode.MESSAGE_TOO_LARGE)
+            except InvalidRecordError:
+                return LeaderAppendResult(ErrorCode.INVALID_RECORD)
+            advanced = self._maybe_increment_high_watermark(self.clock.monotonic_ms())
+        self._publish(leader_append=True, high_watermark=advanced)
+        return LeaderAppendResult(
+            ErrorCode.NONE, info, self._log.log_start_offset, self._leader_epoch
+        )
+
+    # -- fetch --------------------------------------------------------------------------------
+
+    @handles(ReadRecords)
+    def _read_records(self, message: ReadRecords) -> ReadResult:
+        is_follower = message.replica_id >= 0
+        error = self._check_fetch_permission(
+            message.current_leader_epoch, is_follower or message.fetch_only_from_leader
+        )
+        if error is None and is_follower and message.replica_id not in self._remote:
+            error = ErrorCode.NOT_LEADER_OR_FOLLOWER  # not an assigned follower of this partition
+        if error is not None:
+            return ReadResult(error, leader_epoch=self._leader_epoch)
+        leader_end_offset = self._log.log_end_offset
+        # Consumers see only committed records; followers replicate everything.
+        max_offset = None if is_follower else self._log.high_watermark
+        with self._log_io("read"):
+            try:
+                data = self._log.read(
+                    message.fetch_offset, message.max_bytes, max_offset, message.min_one
+                )
+            except OffsetOutOfRangeError:
+                return self._read_result(ErrorCode.OFFSET_OUT_OF_RANGE)
+            if is_follower:
+                fetch_time_ms = message.fetch_time_ms
+                if fetch_time_ms is None:
+                    fetch_time_ms = self.clock.monotonic_ms()
+                advanced = self._update_follower_fetch_state(
+                    self._remote[message.replica_id],
+                    data.fetch_offset_metadata,
+                    fetch_time_ms,
+                    leader_end_offset,
+                )
+                self._publish(high_watermark=advanced)
+        return self._read_result(ErrorCode.NONE, data.records, data.fetch_offset_metadata)
+
+    def _check_fetch_permission(
+        self, current_leader_epoch: int, leader_only: bool
+    ) -> ErrorCode | None:
+        # KIP-320 first: a fetcher with an older epoch is fenced; one with a newer epoch is ahead
+        # of this replica, which has not heard of the new leadership yet.
+        if current_leader_epoch != NO_EPOCH:
+            if current_leader_epoch < self._leader_epoch:
+                return ErrorCode.FENCED_LEADER_EPOCH
+            if current_leader_epoch > self._leader_epoch:
+                return ErrorCode.UNKNOWN_LEADER_EPOCH
+        if self._role is Role.LEADER or (self._role is Role.FOLLOWER and not leader_only):
+            return None
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+    def _read_result(
+        self,
+        error: ErrorCode,
+        records: bytes = b"",
+        fetch_offset_metadata: LogOffsetMetadata | None = None,
+    ) -> ReadResult:
+        return ReadResult(
+            error,
+            records,
+            fetch_offset_metadata,
+            self._log.high_watermark,
+            self._log.log_start_offset,
+            self._log.log_end_offset,
+            self._leader_epoch,
+        )
+
+    def _update_follower_fetch_state(
+        self,
+        replica: RemoteReplica,
+        fetch_offset: LogOffsetMetadata,
+        fetch_time_ms: int,
+        leader_end_offset: int,
+    ) -> bool:
+        """Seed 000's updateReplicaLogReadResult: record the position, maybe expand the ISR,
+        maybe advance the HW (the follower may be in the ISR and just moved). True when the HW
+        advanced."""
+        replica.update_fetch_state(fetch_offset, fetch_time_ms, leader_end_offset)
+        self._maybe_expand_isr(replica)
+        return self._maybe_increment_high_watermark(fetch_time_ms)
+
+    # -- ISR ----------------------------------------------------------------------------------
+
+    def _maybe_expand_isr(self, replica: RemoteReplica) -> None:
+        if self._pending is not None or replica.broker_id in self._isr:
+            return
+        end = replica.log_end_offset_value
+        # KAFKA-7128: reaching the HW is not enough. A follower below the start of this epoch may
+        # still hold records of an older epoch that this leader does not have; joining the ISR
+        # then could make it an eligible leader with a diverged log.
+        if end < self._log.high_watermark or end < self._leader_epoch_start_offset:
+            return
+        if not self._is_eligible(replica.broker_id):
+            return
+        new_isr = (*self._isr, replica.broker_id)
+        log.info("%s: expanding ISR %s -> %s", self.name, self._isr, new_isr)
+        self._propose(new_isr, maximal_isr=new_isr)
+
+    @handles(MaybeShrinkIsr)
+    def _maybe_shrink_isr(self, message: MaybeShrinkIsr) -> bool:
+        if self._role is not Role.LEADER or self._pending is not None:
+            return False
+        now_ms = self.clock.monotonic_ms()
+        leader_end_offset = self._log.log_end_offset
+        lag_ms = self._config.replica_lag_time_max_ms
+        out_of_sync = {
+            r
+            for r in self._isr
+            if r != self.local_broker_id  # the leader never removes itself
+            and (
+                (replica := self._remote.get(r)) is None
+                or not replica.is_caught_up(leader_end_offset, now_ms, lag_ms)
+            )
+        }
+        if not out_of_sync:
+            return False
+        new_isr = tuple(r for r in self._isr if r not in out_of_sync)
+        log.info("%s: shrinking ISR %s -> %s", self.name, self._isr, new_isr)
+        # The HW stays computed over the old ISR until the controller commits the shrink: if the
+        # proposal failed, advancing it now would count records as committed that a remaining
+        # ISR member does not hold.
+        self._propose(new_isr, maximal_isr=self._isr)
+        self._publish()
+        return True
+
+    def _propose(self, new_isr: tuple[int, ...], *, maximal_isr: tuple[int, ...]) -> None:
+        assert self._pending is None, self._pending
+        proposal = IsrProposal(
+            self.topic_partition,
+            self.local_broker_id,
+            self._leader_epoch,
+            self._partition_epoch,
+            new_isr,
+        )
+        self._pending = PendingIsrChange(proposal, maximal_isr)
+        self._submit(proposal)
+
+    def _submit(self, proposal: IsrProposal) -> None:
+        def on_result(result: IsrProposalResult) -> None:
+            self._deliver(AlterPartitionCompleted(proposal, result))
+
+        self._sink.submit(proposal, on_result)
+
+    def _deliver(self, message: AlterPartitionCompleted) -> None:
+        """Put an answer into the mailbox from whatever context the sink runs in."""
+        try:
+            self.try_tell(message)
+        except MailboxFull:
+            # Wait for room rather than drop it: the pending proposal would never clear.
+            task = asyncio.get_running_loop().create_task(self._tell_quietly(message))
+            self._delivery_tasks.add(task)
+            task.add_done_callback(self._delivery_tasks.discard)
+        except MailboxClosed:
+            pass  # stopped: the answer no longer matters
+
+    async def _tell_quietly(self, message: AlterPartitionCompleted) -> None:
+        with contextlib.suppress(MailboxClosed):
+            await self.tell(message)
+
+    @handles(AlterPartitionCompleted)
+    def _alter_partition_completed(self, message: AlterPartitionCompleted) -> None:
+        pending = self._pending
+        if pending is None or pending.proposal is not message.proposal:
+            return  # superseded by a LeaderAndIsr (or never ours): nothing to apply
+        result = message.result
+        advanced = False
+        if result.error is ErrorCode.NONE:
+            if result.leader_epoch != self._leader_epoch:
+                log.info(
+                    "%s: ignoring AlterPartition result of epoch %d", self.name, result.leader_epoch
+                )
+            elif result.partition_epoch < self._partition_epoch:
+                log.info("%s: ignoring AlterPartition result of older partition epoch", self.name)
+            else:
+                self._count_isr_change(self._isr, result.isr)
+                self._isr = result.isr
+                self._partition_epoch = result.partition_epoch
+                self._pending = None
+                with self._log_io("high watermark"):
+                    advanced = self._maybe_increment_high_watermark(self.clock.monotonic_ms())
+        else:
+            self._isr_changes.mark_failed()
+            if result.error in _REVERT_ERRORS:
+                self._pending = None
+            elif result.error in _WAIT_FOR_METADATA_ERRORS:
+                log.info(
+                    "%s: AlterPartition %s; waiting for LeaderAndIsr", self.name, result.error.name
+                )
+            else:
+                # The sink gave up on one attempt (timeout, controller moved): the proposal is
+                # still valid, so it goes again; the sink owns the backoff between attempts.
+                self._submit(pending.proposal)
+        self._publish(high_watermark=advanced)
+
+    def _count_isr_change(self, old: tuple[int, ...], new: tuple[int, ...]) -> None:
+        # By what the committed ISR became, not by what was proposed: the controller may have
+        # answered with another ISR than the proposal (a newer one), and the meters count
+        # what really changed.
+        if set(new) - set(old):
+            self._isr_changes.mark_expand()
+        if set(old) - set(new):
+            self._isr_changes.mark_shrink()
+
+    # -- high watermark -----------------------------------------------------------------------
+
+    def _maybe_increment_high_watermark(self, now_ms: int) -> bool:
+        """Seed 000's maybeIncrementLeaderHW over the maximal ISR: the HW becomes the smallest
+        LEO among the maximal ISR and the replicas caught up within replica.lag.time.max.ms (a
+        follower about to join must not fall behind the HW again by being ignored), never lower
+        than it was. True when its offset advanced."""
+        if self._role is not Role.LEADER:
+            return False
+        leader_end = self._log.log_end_offset_metadata
+        lag_ms = self._config.replica_lag_time_max_ms
+        maximal = self._maximal_isr
+        candidate = leader_end
+        for replica in self._remote.values():
+            end = replica.log_end_offset_value
+            if end >= candidate.message_offset:
+                continue
+            if replica.broker_id in maximal or (
+                replica.is_caught_up(leader_end.message_offset, now_ms, lag_ms)
+                and self._is_eligible(replica.broker_id)
+            ):
+                candidate = replica.log_end_offset
+        old = self._hw_metadata
+        if candidate.message_offset > old.message_offset:
+            self._log.update_high_watermark(candidate.message_offset)
+            self._hw_metadata = candidate
+            return True
+        if (
+            candidate.message_offset == old.message_offset
+            and old.message_offset_only
+            and not candidate.message_offset_only
+        ):
+            self._hw_metadata = candidate  # same offset, now with its segment position
+        return False
+
+    def _local_hw_metadata(self) -> LogOffsetMetadata:
+        high_watermark = self._log.high_watermark
+        if high_watermark == self._log.log_end_offset:
+            return self._log.log_end_offset_metadata
+        return self._log.offset_metadata(high_watermark)
+
+    # -- follower side ------------------------------------------------------------------------
+
+    @handles(AppendAsFollower)
+    def _append_as_follower(self, message: AppendAsFollower) -> FollowerAppendResult:
+        if self._role is not Role.FOLLOWER:
+            return FollowerAppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if message.fetch_leader_epoch not in (NO_EPOCH, self._leader_epoch):
+            return FollowerAppendResult(ErrorCode.FENCED_LEADER_EPOCH)
+        with self._log_io("follower append"):
+            try:
+                info = self._log.append_as_follower(message.records)
+            except CorruptRecordError:
+                return FollowerAppendResult(ErrorCode.CORRUPT_MESSAGE)
+            except InvalidOffsetError:
+                # Offsets that do not continue this log: the fetcher's position is wrong; it
+                # backs off and refetches (there is no closer Kafka code for this).
+                return FollowerAppendResult(ErrorCode.UNKNOWN_SERVER_ERROR)
+            old_high_watermark = self._log.high_watermark
+            # A follower's HW is the leader's, bounded by what it holds itself.
+            high_watermark = self._log.update_high_watermark(message.leader_high_watermark)
+            new_start = min(message.leader_log_start_offset, high_watermark)
+            if new_start > self._log.log_start_offset:
+                self._log.maybe_increment_log_start_offset(new_start)
+            self._hw_metadata = self._local_hw_metadata()
+        self._publish(high_watermark=high_watermark > old_high_watermark)
+        return FollowerAppendResult(ErrorCode.NONE, info, high_watermark, self._log.log_end_offset)
+
+    @handles(TruncateTo)
+    def _truncate_to(self, message: TruncateTo) -> ErrorCode:
+        if self._role is not Role.FOLLOWER:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER  # a leader's log is the reference; never cut
+        with self._log_io("truncate"):
+            self._log.truncate_to(message.offset)
+            self._hw_metadata = self._local_hw_metadata()
+        self._publish()
+        return ErrorCode.NONE
+
+    @handles(TruncateFullyAndStartAt)
+    def _truncate_fully(self, message: TruncateFullyAndStartAt) -> ErrorCode:
+        if self._role is not Role.FOLLOWER:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        with self._log_io("truncate fully"):
+            self._log.truncate_fully_and_start_at(message.offset)
+            self._hw_metadata = self._local_hw_metadata()
+        self._publish()
+        return ErrorCode.NONE
+
+    @handles(LastOffsetForEpoch)
+    def _last_offset_for_epoch(self, message: LastOffsetForEpoch) -> EpochEndOffset:
+        error = self._check_fetch_permission(
+            message.current_leader_epoch, message.fetch_only_from_leader
+        )
+        if error is not None:
+            return EpochEndOffset(error)
+        epoch, end_offset = self._log.end_offset_for_epoch(message.leader_epoch)
+        return EpochEndOffset(ErrorCode.NONE, epoch, end_offset)
+
+    @handles(GetView)
+    def _get_view(self, message: GetView) -> PartitionView:
+        return self._view
+
+    # -- publishing and failure ---------------------------------------------------------------
+
+    def _build_view(self) -> PartitionView:
+        latest_epoch = self._log.latest_epoch
+        return PartitionView(
+            topic_partition=self.topic_partition,
+            role=self._role,
+            local_broker_id=self.local_broker_id,
+            leader_id=self._leader_id,
+            leader_epoch=self._leader_epoch,
+            partition_epoch=self._partition_epoch,
+            replicas=self._replicas,
+            isr=self._isr,
+            maximal_isr=self._maximal_isr,
+            high_watermark=self._hw_metadata,
+            log_end_offset=self._log.log_end_offset_metadata,
+            log_start_offset=self._log.log_start_offset,
+            leader_epoch_start_offset=self._leader_epoch_start_offset,
+            latest_epoch=-1 if latest_epoch is None else latest_epoch,
+        )
+
+    def _publish(
+        self, *, leadership: bool = False, leader_append: bool = False, high_watermark: bool = False
+    ) -> None:
+        """Replace the view, then wake whoever waits on what changed (they read the new view)."""
+        self._view = self._build_view()
+        tp = self.topic_partition
+        if leadership:
+            self._listener.on_leadership_changed(tp)
+        if leader_append:
+            self._listener.on_leader_append(tp)
+        if high_watermark:
+            self._listener.on_high_watermark_advanced(tp)
+
+    @contextlib.contextmanager
+    def _log_io(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except OSError as error:
+            self._role = next_role(self._role, Role.OFFLINE)
+            self._pending = None
+            # Waiters must learn that this replica serves nothing any more.
+            self._publish(leadership=True)
+            raise ActorFatalError(f"{self.name}: log failure during {what}: {error!r}") from error
+
+    @handles(FetchOffsetForTimestamp)
+    def _fetch_offset_for_timestamp(
+        self, message: FetchOffsetForTimestamp
+    ) -> OffsetForTimestampResult:
+        error = self._check_fetch_permission(
+            message.current_leader_epoch, message.fetch_only_from_leader
+        )
+        if error is not None:
+            return OffsetForTimestampResult(error)
+        partition_log = self._log
+        is_consumer = message.replica_id < 0
+        last_fetchable = (
+            partition_log.high_watermark if is_consumer else partition_log.log_end_offset
+        )
+        # A new leader whose high watermark has not yet reached the start of its own epoch does
+        # not know what is committed: consumers must retry rather than get an offset that may be
+        # too low (Kafka's OFFSET_NOT_AVAILABLE, KIP-207).
+        not_available = (
+            is_consumer
+            and self._role is Role.LEADER
+            and self._leader_epoch_start_offset > partition_log.high_watermark
+        )
+        if message.timestamp == LATEST_TIMESTAMP:
+            if not_available:
+                return OffsetForTimestampResult(ErrorCode.OFFSET_NOT_AVAILABLE)
+            return OffsetForTimestampResult(
+                ErrorCode.NONE, NO_TIMESTAMP, last_fetchable, self._leader_epoch
+            )
+        found = partition_log.fetch_offset_by_timestamp(message.timestamp)
+        if found is None or (
+            message.timestamp != EARLIEST_TIMESTAMP and found.offset >= last_fetchable
+        ):
+            if not_available:
+                return OffsetForTimestampResult(ErrorCode.OFFSET_NOT_AVAILABLE)
+            return OffsetForTimestampResult(ErrorCode.NONE)
+        epoch = partition_log.epoch_cache.epoch_for_offset(found.offset)
+        return OffsetForTimestampResult(
+            ErrorCode.NONE, found.timestamp, found.offset, NO_EPOCH if epoch is None else epoch
+        )

@@ -1,0 +1,226 @@
+"""Messages a PartitionActor handles, and the values it answers with.
+
+Every message is a frozen, slotted dataclass; those answered with a value subclass `Ask[R]`.
+Expected failures come back as an `ErrorCode` inside the reply (Kafka's per-partition error),
+never as an exception: the ReplicaManager copies them into responses unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from actors.replication.alter_partition import IsrProposal, IsrProposalResult
+from actors.views import PartitionView
+from runtime.actor import Ask
+from runtime.log.log import Records
+from runtime.log.offsets import LogAppendInfo, LogOffsetMetadata
+from wire.errors import ErrorCode
+from wire.messages.control import LeaderAndIsrPartitionState
+
+CONSUMER_REPLICA_ID = -1  # Kafka's replica id of a consumer's fetch
+NO_EPOCH = -1  # a request's current_leader_epoch of -1 skips the epoch check (KIP-320)
+EARLIEST_TIMESTAMP = -2  # ListOffsets: the log start
+LATEST_TIMESTAMP = -1  # ListOffsets: the end (the HW for consumers)
+NO_TIMESTAMP = -1
+UNKNOWN_OFFSET = -1
+ACKS_NONE, ACKS_LEADER, ACKS_ALL = 0, 1, -1
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """One partition's LeaderAndIsr state, as the controller decided it."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    partition_epoch: int
+    replicas: tuple[int, ...]
+    is_new: bool = False
+
+    @classmethod
+    def from_wire(cls, state: LeaderAndIsrPartitionState) -> PartitionState:
+        return cls(
+            leader=state.leader,
+            leader_epoch=state.leader_epoch,
+            isr=tuple(state.isr),
+            partition_epoch=state.partition_epoch,
+            replicas=tuple(state.replicas),
+            is_new=state.is_new,
+        )
+
+    @property
+    def epochs(self) -> tuple[int, int]:
+        return self.leader_epoch, self.partition_epoch
+
+
+# -- LeaderAndIsr ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LeadershipResult:
+    """error: NONE, or STALE_CONTROLLER_EPOCH when (leader epoch, partition epoch) is older than
+    what was applied (the caller answers that code, as Kafka does). changed: seed 002's return
+    value — this broker became leader, or follows another leader (or a new leader epoch), so the
+    ReplicaManager must (re)start fetchers and run its leadership hooks. A repeat of the applied
+    epochs is NONE with changed False."""
+
+    error: ErrorCode
+    changed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class BecomeLeader(Ask[LeadershipResult]):
+    state: PartitionState
+
+
+@dataclass(frozen=True, slots=True)
+class BecomeFollower(Ask[LeadershipResult]):
+    state: PartitionState
+
+
+# -- produce -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderAppendResult:
+    """info is None unless error is NONE. `leader_epoch` is the epoch the records were written
+    in (DelayedProduce gives up when the partition's epoch moves on)."""
+
+    error: ErrorCode
+    info: LogAppendInfo | None = None
+    log_start_offset: int = -1
+    leader_epoch: int = NO_EPOCH
+
+
+@dataclass(frozen=True, slots=True)
+class AppendAsLeader(Ask[LeaderAppendResult]):
+    """`min_insync_replicas` overrides the actor's config (a topic-level setting) when given."""
+
+    records: Records
+    required_acks: int = ACKS_ALL
+    min_insync_replicas: int | None = None
+
+
+# -- fetch -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    """Whole batches from `fetch_offset` (empty on error). Offsets are the leader's after the
+    read (and, for a follower's fetch, after its fetch state was recorded)."""
+
+    error: ErrorCode
+    records: bytes = b""
+    fetch_offset_metadata: LogOffsetMetadata | None = None
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    log_end_offset: int = -1
+    leader_epoch: int = NO_EPOCH
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRecords(Ask[ReadResult]):
+    """A fetch of one partition. replica_id >= 0 is a follower (reads up to the LEO and must ask
+    the leader); -1 is a consumer (reads up to the HW; from the leader unless
+    `fetch_only_from_leader` is off). `fetch_time_ms` (monotonic) defaults to the actor's clock."""
+
+    fetch_offset: int
+    max_bytes: int
+    current_leader_epoch: int = NO_EPOCH
+    replica_id: int = CONSUMER_REPLICA_ID
+    fetch_time_ms: int | None = None
+    min_one: bool = True
+    fetch_only_from_leader: bool = True
+
+
+# -- ISR ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MaybeShrinkIsr(Ask[bool]):
+    """The ReplicaManager's isr-expiration tick. Answers whether a shrink was proposed."""
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionCompleted:
+    """The sink's answer to `proposal`, delivered through the mailbox."""
+
+    proposal: IsrProposal
+    result: IsrProposalResult
+
+
+# -- follower side -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FollowerAppendResult:
+    error: ErrorCode
+    info: LogAppendInfo | None = None
+    high_watermark: int = -1
+    log_end_offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class AppendAsFollower(Ask[FollowerAppendResult]):
+    """Batches fetched from the leader, appended unchanged. `fetch_leader_epoch` is the leader
+    epoch the fetch was sent with: if this replica has moved to another epoch since, the data
+    belongs to a superseded leadership and is refused with FENCED_LEADER_EPOCH (-1 skips it)."""
+
+    records: Records
+    leader_high_watermark: int
+    leader_log_start_offset: int
+    fetch_leader_epoch: int = NO_EPOCH
+
+
+@dataclass(frozen=True, slots=True)
+class TruncateTo(Ask[ErrorCode]):
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class TruncateFullyAndStartAt(Ask[ErrorCode]):
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class EpochEndOffset:
+    """OffsetForLeaderEpoch's answer: the largest epoch <= the one asked for, and its end offset
+    (-1, -1 when unknown)."""
+
+    error: ErrorCode
+    leader_epoch: int = -1
+    end_offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class LastOffsetForEpoch(Ask[EpochEndOffset]):
+    """Asked of the leader by a follower (fetch_only_from_leader, with its current epoch), or of
+    the local replica by its own fetcher (defaults)."""
+
+    leader_epoch: int
+    current_leader_epoch: int = NO_EPOCH
+    fetch_only_from_leader: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class GetView(Ask[PartitionView]):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetForTimestampResult:
+    error: ErrorCode
+    timestamp: int = NO_TIMESTAMP
+    offset: int = UNKNOWN_OFFSET
+    leader_epoch: int = NO_EPOCH
+
+
+@dataclass(frozen=True, slots=True)
+class FetchOffsetForTimestamp(Ask[OffsetForTimestampResult]):
+    """ListOffsets for one partition. `timestamp` is a time in ms, or LATEST (-1) / EARLIEST (-2).
+    A consumer (`replica_id` < 0) sees only up to the high watermark; a replica up to the LEO."""
+
+    timestamp: int
+    current_leader_epoch: int = NO_EPOCH
+    replica_id: int = -1
+    fetch_only_from_leader: bool = True

@@ -1,0 +1,477 @@
+"""The broker's data path: Produce, Fetch, ListOffsets and OffsetForLeaderEpoch.
+
+These requests do not go through the ReplicaManager's mailbox: that would serialise every
+request of the broker behind one actor. `RequestPath` is a plain object the request handlers call
+concurrently. For each partition it looks the `PartitionActor` up in the routing snapshot the
+ReplicaManager publishes (an immutable mapping, replaced whole on change), asks that actor
+directly, and parks acks=all produces and fetches short of min_bytes in the broker's
+`DelayedOperations`.
+
+Ownership and why no lock: `RequestPath` owns no mutable broker state. It reads published
+snapshots (routing table, `PartitionView`s), sends messages to partition actors, and hands
+delayed operations to the purgatories, whose methods never await. Each request's own state lives
+in its coroutine.
+
+Answers follow Kafka's ReplicaManager: acks 0/1 answer after the leader append; acks=all waits
+for the high watermark (REQUEST_TIMED_OUT at the request's timeout); a fetch answers at once when
+it has min_bytes, when max_wait is 0, or when a partition errored, otherwise it waits in the
+fetch purgatory and re-reads when woken. Unknown partitions are UNKNOWN_TOPIC_OR_PARTITION; a
+stopped partition actor is NOT_LEADER_OR_FOLLOWER (KAFKA_STORAGE_ERROR if its log failed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Set
+from typing import Final, TypeVar
+
+from actors.replication.delayed import (
+    DelayedFetch,
+    DelayedOperations,
+    DelayedProduce,
+    FetchParams,
+    FetchPartitionStatus,
+    ProducePartitionStatus,
+    ProduceResults,
+    build_produce_response,
+)
+from actors.replication.partition import PartitionActor
+from actors.replication.partition_messages import (
+    ACKS_ALL,
+    ACKS_LEADER,
+    ACKS_NONE,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    AppendAsLeader,
+    FetchOffsetForTimestamp,
+    LastOffsetForEpoch,
+    LeaderAppendResult,
+    OffsetForTimestampResult,
+    ReadRecords,
+    ReadResult,
+)
+from actors.views import PartitionView
+from runtime.actor import Actor, ActorFatalError, Ask, MailboxClosed
+from wire.errors import ErrorCode
+from wire.messages import (
+    EpochEndOffset,
+    FetchableTopicResponse,
+    FetchPartition,
+    FetchRequest,
+    FetchResponse,
+    FetchResponsePartition,
+    ListOffsetsPartitionResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ListOffsetsTopicResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+    OffsetForLeaderTopicResult,
+    PartitionProduceResponse,
+    ProduceRequest,
+    ProduceResponse,
+)
+from wire.topic import TopicPartition
+
+R = TypeVar("R")
+
+DEBUGGING_REPLICA_ID: Final = (
+    -2
+)  # Kafka's replica id for requests that may be served by any replica
+DEFAULT_MESSAGE_MAX_BYTES: Final = 1024 * 1024 + 12  # Kafka's message.max.bytes
+
+PartitionLookup = Callable[[TopicPartition], PartitionActor | None]
+
+
+# -- asking a partition ----------------------------------------------------------------------------
+
+
+async def ask_partition(actor: Actor, message: Ask[R]) -> R | ErrorCode:
+    """Ask a partition actor; a stopped or failed actor becomes a Kafka error code.
+
+    A stopped actor was removed by StopReplica (or is being replaced): the client must refresh
+    its metadata, NOT_LEADER_OR_FOLLOWER. An actor stopped by a log failure is Kafka's offline
+    partition: KAFKA_STORAGE_ERROR. Other exceptions are bugs and propagate.
+    """
+    try:
+        return await actor.ask(message)
+    except ActorFatalError:
+        return ErrorCode.KAFKA_STORAGE_ERROR
+    except MailboxClosed:
+        if actor.failure is not None:
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+# -- the data path ---------------------------------------------------------------------------------
+
+
+class RequestPath:
+    """Serves the data-plane requests of one broker; safe to call from many tasks at once."""
+
+    def __init__(
+        self,
+        partitions: PartitionLookup,
+        delayed: DelayedOperations,
+        *,
+        message_max_bytes: int = DEFAULT_MESSAGE_MAX_BYTES,
+        min_insync_replicas: Callable[[str], int] = lambda topic: 1,
+    ) -> None:
+        self._partitions = partitions
+        self._delayed = delayed
+        self._message_max_bytes = message_max_bytes
+        self._min_insync_replicas = min_insync_replicas
+
+    def view_of(self, tp: TopicPartition) -> PartitionView | None:
+        """The partition's latest published view (the lookup delayed operations use)."""
+        actor = self._partitions(tp)
+        return None if actor is None else actor.view
+
+    # -- Produce ----------------------------------------------------------------------------
+
+    async def produce(self, request: ProduceRequest) -> ProduceResponse:
+        """The answer to a produce. With acks=0 the caller sends nothing back, but the appends
+        happen and their outcome is returned all the same (for logs and tests)."""
+        entries = [
+            (TopicPartition(topic.name, data.index), data.records)
+            for topic in request.topic_data
+            for data in topic.partition_data
+        ]
+        if request.acks not in (ACKS_NONE, ACKS_LEADER, ACKS_ALL):
+            return build_produce_response(
+                (
+                    tp,
+                    PartitionProduceResponse(
+                        index=tp.partition, error_code=ErrorCode.INVALID_REQUIRED_ACKS
+                    ),
+                )
+                for tp, _ in entries
+            )
+        # A partition named twice is ambiguous (which batch goes first?) and would make two
+        # waits on one purgatory key: neither copy is appended.
+        duplicated = _duplicated(tp for tp, _ in entries)
+        appended = await asyncio.gather(
+            *(
+                self._append(tp, records, request.acks, duplicated=tp in duplicated)
+                for tp, records in entries
+            )
+        )
+        if request.acks != ACKS_ALL:
+            return build_produce_response(
+                (tp, _produce_answer(tp, result))
+                for (tp, _), result in zip(entries, appended, strict=True)
+            )
+        statuses = [
+            self._produce_status(tp, result)
+            for (tp, _), result in zip(entries, appended, strict=True)
+            if tp not in duplicated
+        ]
+        results = await self._wait_for_acks(request.timeout_ms, statuses)
+        return build_produce_response(
+            (
+                tp,
+                _produce_answer(tp, ErrorCode.INVALID_REQUEST) if tp in duplicated else results[tp],
+            )
+            for tp, _ in entries
+        )
+
+    async def _append(
+        self, tp: TopicPartition, records: bytes, acks: int, *, duplicated: bool
+    ) -> LeaderAppendResult | ErrorCode:
+        if duplicated:
+            return ErrorCode.INVALID_REQUEST
+        if len(records) > self._message_max_bytes:
+            return ErrorCode.MESSAGE_TOO_LARGE
+        actor = self._partitions(tp)
+        if actor is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        result = await ask_partition(
+            actor, AppendAsLeader(records, acks, self._min_insync_replicas(tp.topic))
+        )
+        if isinstance(result, LeaderAppendResult) and result.error is not ErrorCode.NONE:
+            return result.error
+        return result
+
+    def _produce_status(
+        self, tp: TopicPartition, result: LeaderAppendResult | ErrorCode
+    ) -> ProducePartitionStatus:
+        if isinstance(result, ErrorCode):
+            return ProducePartitionStatus(tp, error=result)
+        info = result.info
+        assert info is not None, result  # a successful append always reports its offsets
+        return ProducePartitionStatus(
+            tp,
+            required_offset=info.last_offset + 1,
+            leader_epoch=result.leader_epoch,
+            min_insync_replicas=self._min_insync_replicas(tp.topic),
+            base_offset=info.first_offset,
+            log_start_offset=result.log_start_offset,
+        )
+
+    async def _wait_for_acks(
+        self, timeout_ms: int, statuses: list[ProducePartitionStatus]
+    ) -> ProduceResults:
+        answered: asyncio.Future[ProduceResults] = asyncio.get_running_loop().create_future()
+
+        def respond(results: ProduceResults) -> None:
+            # The request's task may have been cancelled (its connection closed) meanwhile.
+            if not answered.done():
+                answered.set_result(results)
+
+        self._delayed.watch_produce(DelayedProduce(timeout_ms, statuses, self.view_of, respond))
+        return await answered
+
+    # -- Fetch ------------------------------------------------------------------------------
+
+    async def fetch(self, request: FetchRequest) -> FetchResponse:
+        params = FetchParams(
+            request.replica_id, request.max_wait_ms, request.min_bytes, request.max_bytes
+        )
+        wanted = [
+            (TopicPartition(topic.topic, part.partition), part)
+            for topic in request.topics
+            for part in topic.partitions
+        ]
+        duplicated = _duplicated(tp for tp, _ in wanted)
+        first = await self._read_all(params, wanted, duplicated)
+        if not wanted or params.max_wait_ms <= 0 or self._answer_now(params, first):
+            return _fetch_response(wanted, first)
+        statuses = []
+        for (tp, part), result in zip(wanted, first, strict=True):
+            assert result.fetch_offset_metadata is not None, result  # no error: a position
+            statuses.append(
+                FetchPartitionStatus(
+                    tp,
+                    result.fetch_offset_metadata,
+                    part.partition_max_bytes,
+                    read_leader_epoch=result.leader_epoch,
+                    current_leader_epoch=part.current_leader_epoch,
+                )
+            )
+        # The purgatory decides from views only; the final read is a message to each actor and
+        # so cannot run inside on_complete. on_ready just releases this coroutine, which reads:
+        # the request's own task does the read, so nothing outlives a cancelled request.
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def on_ready(_: DelayedFetch) -> None:
+            if not ready.done():
+                ready.set_result(None)
+
+        self._delayed.watch_fetch(DelayedFetch(params, statuses, self.view_of, on_ready))
+        await ready
+        return _fetch_response(wanted, await self._read_all(params, wanted, duplicated))
+
+    @staticmethod
+    def _answer_now(params: FetchParams, results: list[ReadResult]) -> bool:
+        if any(result.error is not ErrorCode.NONE for result in results):
+            return True
+        return sum(len(result.records) for result in results) >= params.min_bytes
+
+    async def _read_all(
+        self,
+        params: FetchParams,
+        wanted: list[tuple[TopicPartition, FetchPartition]],
+        duplicated: Set[TopicPartition],
+    ) -> list[ReadResult]:
+        # A partition named twice is refused (an error answers the fetch at once, so it never
+        # waits on one purgatory key twice).
+        results = await asyncio.gather(
+            *(
+                _refused(ErrorCode.INVALID_REQUEST)
+                if tp in duplicated
+                else self._read(params, tp, part)
+                for tp, part in wanted
+            )
+        )
+        return _within_max_bytes(results, params.max_bytes)
+
+    async def _read(
+        self, params: FetchParams, tp: TopicPartition, part: FetchPartition
+    ) -> ReadResult:
+        actor = self._partitions(tp)
+        if actor is None:
+            return ReadResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        result = await ask_partition(
+            actor,
+            ReadRecords(
+                part.fetch_offset,
+                min(part.partition_max_bytes, params.max_bytes),
+                current_leader_epoch=part.current_leader_epoch,
+                replica_id=params.replica_id if params.is_from_follower else -1,
+            ),
+        )
+        return ReadResult(result) if isinstance(result, ErrorCode) else result
+
+    # -- ListOffsets ------------------------------------------------------------------------
+
+    async def list_offsets(self, request: ListOffsetsRequest) -> ListOffsetsResponse:
+        only_leader = request.replica_id != DEBUGGING_REPLICA_ID
+        topics = []
+        for topic in request.topics:
+            answers = await asyncio.gather(
+                *(
+                    self._list_offset(
+                        TopicPartition(topic.name, part.partition_index),
+                        FetchOffsetForTimestamp(
+                            part.timestamp,
+                            part.current_leader_epoch,
+                            request.replica_id,
+                            only_leader,
+                        ),
+                    )
+                    for part in topic.partitions
+                )
+            )
+            topics.append(ListOffsetsTopicResponse(name=topic.name, partitions=list(answers)))
+        return ListOffsetsResponse(topics=topics)
+
+    async def _list_offset(
+        self, tp: TopicPartition, message: FetchOffsetForTimestamp
+    ) -> ListOffsetsPartitionResponse:
+        actor = self._partitions(tp)
+        result: OffsetForTimestampResult | ErrorCode
+        if actor is None:
+            result = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        else:
+            result = await ask_partition(actor, message)
+        if isinstance(result, ErrorCode):
+            return ListOffsetsPartitionResponse(partition_index=tp.partition, error_code=result)
+        return ListOffsetsPartitionResponse(
+            partition_index=tp.partition,
+            error_code=result.error,
+            timestamp=result.timestamp,
+            offset=result.offset,
+            leader_epoch=result.leader_epoch,
+        )
+
+    # -- OffsetForLeaderEpoch ---------------------------------------------------------------
+
+    async def offset_for_leader_epoch(
+        self, request: OffsetForLeaderEpochRequest
+    ) -> OffsetForLeaderEpochResponse:
+        only_leader = request.replica_id != DEBUGGING_REPLICA_ID
+        topics = []
+        for topic in request.topics:
+            answers = await asyncio.gather(
+                *(
+                    self._epoch_end(
+                        TopicPartition(topic.topic, part.partition),
+                        LastOffsetForEpoch(
+                            part.leader_epoch, part.current_leader_epoch, only_leader
+                        ),
+                    )
+                    for part in topic.partitions
+                )
+            )
+            topics.append(OffsetForLeaderTopicResult(topic=topic.topic, partitions=list(answers)))
+        return OffsetForLeaderEpochResponse(topics=topics)
+
+    async def _epoch_end(self, tp: TopicPartition, message: LastOffsetForEpoch) -> EpochEndOffset:
+        actor = self._partitions(tp)
+        if actor is None:
+            return EpochEndOffset(
+                partition=tp.partition, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            )
+        result = await ask_partition(actor, message)
+        if isinstance(result, ErrorCode):
+            return EpochEndOffset(partition=tp.partition, error_code=result)
+        return EpochEndOffset(
+            partition=tp.partition,
+            error_code=result.error,
+            leader_epoch=result.leader_epoch,
+            end_offset=result.end_offset,
+        )
+
+
+async def _refused(error: ErrorCode) -> ReadResult:
+    return ReadResult(error)
+
+
+def _duplicated(tps: Iterable[TopicPartition]) -> frozenset[TopicPartition]:
+    seen: set[TopicPartition] = set()
+    twice: set[TopicPartition] = set()
+    for tp in tps:
+        (twice if tp in seen else seen).add(tp)
+    return frozenset(twice)
+
+
+# -- building answers ------------------------------------------------------------------------------
+
+
+def _produce_answer(
+    tp: TopicPartition, result: LeaderAppendResult | ErrorCode
+) -> PartitionProduceResponse:
+    if isinstance(result, ErrorCode):
+        return PartitionProduceResponse(index=tp.partition, error_code=result)
+    assert result.info is not None, result
+    return PartitionProduceResponse(
+        index=tp.partition,
+        base_offset=result.info.first_offset,
+        log_start_offset=result.log_start_offset,
+    )
+
+
+def _within_max_bytes(results: Iterable[ReadResult], max_bytes: int) -> list[ReadResult]:
+    """Keep each partition's data in request order while the request's max_bytes lasts. The
+    first data is always kept, however large, so that a batch bigger than max_bytes cannot stall
+    a consumer for ever (Kafka's "min one message"); later data that does not fit is dropped and
+    fetched again next time (a read changes nothing but a follower's fetch position, which is
+    the fetch offset and not the data)."""
+    kept: list[ReadResult] = []
+    budget = max_bytes
+    sent_any = False
+    for result in results:
+        size = len(result.records)
+        if size and sent_any and size > budget:
+            result = _without_records(result)
+        elif size:
+            budget -= size
+            sent_any = True
+        kept.append(result)
+    return kept
+
+
+def _without_records(result: ReadResult) -> ReadResult:
+    return ReadResult(
+        result.error,
+        b"",
+        result.fetch_offset_metadata,
+        result.high_watermark,
+        result.log_start_offset,
+        result.log_end_offset,
+        result.leader_epoch,
+    )
+
+
+def _fetch_response(
+    wanted: list[tuple[TopicPartition, FetchPartition]], results: list[ReadResult]
+) -> FetchResponse:
+    by_topic: dict[str, list[FetchResponsePartition]] = {}
+    for (tp, _), result in zip(wanted, results, strict=True):
+        by_topic.setdefault(tp.topic, []).append(
+            FetchResponsePartition(
+                partition_index=tp.partition,
+                error_code=result.error,
+                high_watermark=result.high_watermark,
+                # No transactions: everything below the high watermark is stable.
+                last_stable_offset=result.high_watermark,
+                log_start_offset=result.log_start_offset,
+                records=bytes(result.records),
+            )
+        )
+    return FetchResponse(
+        responses=[
+            FetchableTopicResponse(topic=topic, partitions=partitions)
+            for topic, partitions in by_topic.items()
+        ]
+    )
+
+
+__all__ = [
+    "EARLIEST_TIMESTAMP",
+    "LATEST_TIMESTAMP",
+    "FetchOffsetForTimestamp",
+    "OffsetForTimestampResult",
+    "RequestPath",
+    "ask_partition",
+]

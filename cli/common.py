@@ -1,0 +1,337 @@
+"""What every client command of `ketch` shares: the `--bootstrap` flag, the client it builds, the
+mapping from errors to messages and exit codes, and the rich console output.
+
+Exit codes (DESIGN.md, "Command line contract"): 0 success; 1 the command ran and failed (the
+cluster cannot be reached, an unknown topic, a broker refused the request); 2 bad arguments
+(argparse's own code, also used for an unusable config file). A client command never shows a
+traceback for one of these expected failures: `run_async()` turns the client's typed errors
+(`client.errors`, `wire.errors.KafkaError`) and `CliError` into one line on stderr
+and the exit code. Any other exception is a bug and keeps its traceback.
+
+Each command runs one short-lived event loop of its own (`run_async`) with the system clock and
+TCP; the loop, the client and everything they own end before the command returns, so nothing
+here is shared between threads or commands and nothing needs a lock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Final, Protocol, TextIO, TypeVar
+
+from rich.console import Console
+
+from client.client import Client
+from client.config import ClientConfig
+from client.errors import (
+    AuthenticationError,
+    ClientError,
+    ConnectionFailedError,
+    ConnectionLostError,
+    DeliveryTimeoutError,
+    NoBrokersAvailableError,
+    RequestTimeoutError,
+)
+from runtime.clock import SystemClock
+from runtime.net.tcp import TcpTransport, new_event_loop
+from runtime.net.transport import Address
+from wire.errors import ErrorCode, KafkaError
+from wire.messages import MetadataRequest, MetadataRequestTopic, MetadataResponse
+
+EXIT_OK: Final = 0
+EXIT_FAILED: Final = 1
+EXIT_USAGE: Final = 2
+EXIT_INTERRUPTED: Final = 130  # the shell's code for a command ended by Ctrl-C (128 + SIGINT)
+
+DEFAULT_BOOTSTRAP: Final = "127.0.0.1:9092"
+
+# A command line tool should say "cannot reach" within seconds, not after Kafka's 30 s
+# request timeout; a refused connection fails at once anyway, this bounds a silent host.
+CLI_CLIENT_CONFIG: Final = ClientConfig(
+    request_timeout_ms=15_000,
+    socket_connection_setup_timeout_ms=5_000,
+    delivery_timeout_ms=30_000,
+)
+
+Command = Callable[[argparse.Namespace], int]
+SubParsers = argparse._SubParsersAction  # the type argparse gives `add_subparsers()`
+
+
+class CliError(Exception):
+    """An expected failure of a command: printed as one line, exits with `exit_code`."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class UnknownTopicError(CliError):
+    def __init__(self, topic: str) -> None:
+        super().__init__(f"unknown topic {topic!r}")
+        self.topic = topic
+
+
+# ---------------------------------------------------------------------------------------------
+# Argument parsing
+
+
+def address_arg(text: str) -> Address:
+    """argparse `type=` for HOST:PORT: a bad address is a usage error (exit 2)."""
+    try:
+        return Address.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def positive_int_arg(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def non_negative_int_arg(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def add_bootstrap_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--bootstrap",
+        type=address_arg,
+        default=Address.parse(DEFAULT_BOOTSTRAP),
+        metavar="HOST:PORT",
+        help=f"a broker to start from (default {DEFAULT_BOOTSTRAP})",
+    )
+
+
+def add_query_command(
+    actions: SubParsers[argparse.ArgumentParser],
+    name: str,
+    help_text: str,
+    command: Command,
+    *,
+    positional: tuple[str, str] | None = None,
+) -> argparse.ArgumentParser:
+    """A read-only subcommand (`list`, `describe NAME`): its positional (dest, metavar) if any,
+    `--json` and `--bootstrap`."""
+    parser = actions.add_parser(name, help=help_text)
+    if positional is not None:
+        parser.add_argument(positional[0], metavar=positional[1])
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    add_bootstrap_flag(parser)
+    set_command(parser, command)
+    return parser
+
+
+def set_command(parser: argparse.ArgumentParser, command: Command) -> None:
+    """Make `command` the function the `ketch` entry point calls for this subparser.
+
+    The brief for the command modules dispatches on `func`; cli/main.py as it stands
+    dispatches on `handler`. Setting both lets either wiring call the command unchanged.
+    """
+    parser.set_defaults(func=command, handler=command)
+
+
+def run_argv(
+    prog: str,
+    register: Callable[[SubParsers[argparse.ArgumentParser]], object],
+    argv: Sequence[str],
+) -> int:
+    """Parse `argv` with the subcommands `register` adds and run the chosen one.
+
+    The per-module `main(argv)` functions use this so a command can be run (and tested)
+    without cli/main.py; argparse's exit (usage error 2, --help 0) becomes the return value.
+    """
+    parser = argparse.ArgumentParser(prog=prog)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    register(commands)
+    try:
+        args = parser.parse_args(list(argv))
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    command: Command = args.func
+    return command(args)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running a command
+
+
+def run_async(prog: str, bootstrap: Address | None, work: Callable[[], Awaitable[int]]) -> int:
+    """Run `work()` on a fresh event loop; expected failures become a message and an exit code.
+
+    `bootstrap` (when the command talks to a cluster) names the address in "cannot reach".
+    """
+
+    async def guarded() -> int:  # Runner.run takes a coroutine; `work()` is any awaitable
+        return await work()
+
+    try:
+        with asyncio.Runner(loop_factory=new_event_loop) as runner:
+            return runner.run(guarded())
+    except KeyboardInterrupt:
+        error(prog, "interrupted")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (`ketch consume ... | head`): not a failure of this command.
+        _silence_stdout()
+        return EXIT_OK
+    except CliError as exc:
+        error(prog, str(exc))
+        return exc.exit_code
+    except (ClientError, KafkaError, OSError) as exc:
+        error(prog, describe_error(exc, bootstrap))
+        return EXIT_FAILED
+
+
+def describe_error(exc: BaseException, bootstrap: Address | None) -> str:
+    """One line for an error of the client layer, as a user should read it."""
+    where = "the cluster" if bootstrap is None else f"the cluster at {bootstrap}"
+    if isinstance(exc, NoBrokersAvailableError | ConnectionFailedError):
+        return f"cannot reach {where} ({_root_reason(exc)})"
+    if isinstance(exc, ConnectionLostError):
+        return f"lost the connection to {where}: {exc}"
+    if isinstance(exc, RequestTimeoutError):
+        return f"no answer from {where} in time: {exc}"
+    if isinstance(exc, DeliveryTimeoutError):
+        cause = exc.__cause__
+        if isinstance(cause, NoBrokersAvailableError | ConnectionFailedError):
+            return f"cannot reach {where} ({_root_reason(cause)})"
+        return f"timed out: {exc}"
+    if isinstance(exc, AuthenticationError):
+        return f"authentication failed: {exc}"
+    if isinstance(exc, KafkaError):
+        if exc.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            return f"unknown topic or partition: {exc.message or exc}"
+        return f"the cluster refused: {exc}"
+    if isinstance(exc, OSError):
+        return f"cannot reach {where}: {exc.strerror or exc}"
+    return str(exc)
+
+
+def _root_reason(exc: BaseException) -> str:
+    """The operating system's words for a failed connection ("Connection refused") when the
+    chain of causes has them, else the innermost client error's message."""
+    reason = str(exc)
+    seen = 0
+    cause: BaseException | None = exc
+    while cause is not None and seen < 10:  # bounded: a cause chain is short, never cyclic here
+        if isinstance(cause, OSError) and cause.strerror:
+            return cause.strerror.lower()
+        reason = str(cause) or reason
+        cause = cause.__cause__ or cause.__context__
+        seen += 1
+    return reason
+
+
+class JsonShaped(Protocol):
+    def to_json(self) -> dict[str, object]: ...
+
+
+J = TypeVar("J", bound=JsonShaped)
+
+
+def run_query(
+    prog: str,
+    args: argparse.Namespace,
+    fetch: Callable[[Client], Awaitable[J]],
+    show: Callable[[J], None],
+) -> int:
+    """A read-only command: `fetch` what it shows through a client of `args.bootstrap`, then
+    print it as JSON (`args.json`) or with `show`."""
+    bootstrap: Address = args.bootstrap
+
+    async def work() -> int:
+        async with open_client(bootstrap) as client:
+            found = await fetch(client)
+        if args.json:
+            print_json(found.to_json())
+        else:
+            show(found)
+        return EXIT_OK
+
+    return run_async(prog, bootstrap, work)
+
+
+def error(prog: str, message: str) -> None:
+    print(f"{prog}: {message}", file=sys.stderr, flush=True)
+
+
+def _silence_stdout() -> None:
+    """After a broken pipe, point stdout at /dev/null so the interpreter's final flush does
+    not raise again (the documented recipe in Python's `signal` docs)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return  # not a real file (a test's capture): nothing will be flushed to a pipe
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+@asynccontextmanager
+async def open_client(bootstrap: Address, *, client_id: str = "ketch-cli") -> AsyncIterator[Client]:
+    """A client of the cluster reached through `bootstrap`, closed on exit."""
+    client = Client(
+        [bootstrap],
+        transport=TcpTransport(),
+        clock=SystemClock(),
+        client_id=client_id,
+        config=CLI_CLIENT_CONFIG,
+    )
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+async def fetch_metadata(client: Client, topics: Sequence[str] | None) -> MetadataResponse:
+    """One Metadata request to any reachable broker (`topics` None: every topic).
+
+    Not the client's cached, retried lookup: a command shows what the cluster says now, and an
+    unknown topic must fail at once rather than be retried as if it were still being created.
+    """
+    request = MetadataRequest(
+        topics=None if topics is None else [MetadataRequestTopic(name=t) for t in topics],
+        allow_auto_topic_creation=False,
+    )
+    response = await client.send_any(request)
+    if not isinstance(response, MetadataResponse):
+        raise TypeError(f"Metadata answered with {type(response).__name__}")
+    if response.error_code != ErrorCode.NONE:
+        raise KafkaError(response.error_code, "metadata request")
+    return response
+
+
+# ---------------------------------------------------------------------------------------------
+# Output
+
+
+def console(file: TextIO | None = None) -> Console:
+    """A rich console on the *current* stdout (tests swap it), without colour codes when it
+    is not a terminal, and without wrapping tables into unreadable slivers in a pipe."""
+    out = sys.stdout if file is None else file
+    width = None if out.isatty() else 120
+    return Console(file=out, width=width, highlight=False, soft_wrap=False)
+
+
+def print_json(document: object) -> None:
+    print(json.dumps(document, indent=2, sort_keys=False))
+
+
+def join_ids(ids: Sequence[int]) -> str:
+    return ",".join(str(i) for i in ids) if ids else "-"

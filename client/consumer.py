@@ -1,0 +1,594 @@
+"""The consumer: manually assigned partitions, long-poll fetches, positions, seeks, offset lookups.
+
+    consumer = Consumer(client, config=ConsumerConfig(auto_offset_reset="earliest"))
+    consumer.assign([("events", 0), ("events", 1)])
+    records = await consumer.poll(timeout_ms=1000)      # [] when nothing arrived in time
+    consumer.seek(TopicPartition("events", 0), 42)
+    await consumer.close()
+
+Positions. Each assigned partition has a position: the offset of the next record `poll()`
+returns. A partition without one (just assigned, or after `seek_to_beginning/end` or an
+OFFSET_OUT_OF_RANGE) is *reset* before fetching, by a ListOffsets request to its leader for the
+earliest (-2) or latest (-1) offset, per auto.offset.reset ("none": `poll()` raises
+`NoOffsetForPartitionError` / `OffsetOutOfRangeError` instead).
+
+Fetching. `poll()` keeps at most one Fetch in flight per leader, carrying every assigned
+partition that leader leads, at its position with the partition's known leader epoch (KIP-320),
+and with fetch.max.wait.ms / fetch.min.bytes so the broker holds the request until data arrives
+(long poll) — a poll returns as soon as any fetch brings records. A fetch still in flight when
+`poll()` times out stays in flight, and its answer serves the next `poll()`. An answer for a
+partition whose position changed meanwhile (seek, reassignment) is dropped.
+
+Records. A partition's records bytes are concatenated RecordBatch v2 batches; each batch is
+decoded with `wire.records.iter_records`. Records below the position (a batch that starts
+before it) are skipped; control batches are skipped whole; the position moves past the last
+offset of every complete batch, so offsets removed by compaction are stepped over. A batch cut
+short at the end of the answer (partition_max_bytes reached mid-batch) is not an error: it is
+fetched again, whole, next time — unless it is the first batch, which means it alone exceeds the
+limit; then RecordTooLargeError, as Kafka's consumer does.
+
+Errors per partition: NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, FENCED_LEADER_EPOCH
+and the like refresh metadata and try again at the next leader; OFFSET_OUT_OF_RANGE resets the
+position; any other retriable error is retried after retry.backoff.ms; a non-retriable one is
+raised by `poll()`. A failed request to a broker (connection lost, timeout) backs that broker off
+for retry.backoff.ms and refreshes metadata.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from client.client import Client
+from client.config import ConsumerConfig
+from client.errors import ClientClosedError, ClientError, invalidates_metadata
+from runtime.clock import NS_PER_MS
+from wire.errors import ErrorCode, KafkaError
+from wire.messages import (
+    FetchPartition,
+    FetchRequest,
+    FetchResponse,
+    FetchResponsePartition,
+    FetchTopic,
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ListOffsetsTopic,
+)
+from wire.records import (
+    LOG_OVERHEAD,
+    RECORD_BATCH_OVERHEAD,
+    CorruptRecordError,
+    iter_records,
+    validate_batch,
+)
+from wire.topic import TopicPartition
+
+_log = logging.getLogger(__name__)
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+
+
+class NoOffsetForPartitionError(ClientError):
+    """A partition has no position and auto.offset.reset is "none"."""
+
+
+class OffsetOutOfRangeError(KafkaError):
+    """The position is outside the partition's log and auto.offset.reset is "none"."""
+
+    def __init__(self, tp: TopicPartition, position: int) -> None:
+        super().__init__(ErrorCode.OFFSET_OUT_OF_RANGE, f"{tp} at offset {position}")
+        self.tp = tp
+        self.position = position
+
+
+class RecordTooLargeError(ClientError):
+    """A batch is bigger than max.partition.fetch.bytes, so it can never be fetched whole."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRecord:
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAndTimestamp:
+    offset: int
+    timestamp_ms: int
+    leader_epoch: int = -1
+
+
+@dataclass(slots=True)
+class _PartitionState:
+    position: int | None = None
+    reset_to: int | None = None  # EARLIEST_TIMESTAMP / LATEST_TIMESTAMP while a reset is due
+    high_watermark: int = -1
+    log_start_offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class _FetchResult:
+    node_id: int
+    positions: Mapping[TopicPartition, int]  # what the request asked for
+    response: FetchResponse | None
+    error: Exception | None
+
+
+def _as_tp(item: TopicPartition | tuple[str, int]) -> TopicPartition:
+    return item if isinstance(item, TopicPartition) else TopicPartition(item[0], item[1])
+
+
+class Consumer:
+    def __init__(
+        self,
+        client: Client,
+        *,
+        config: ConsumerConfig | None = None,
+        owns_client: bool = False,
+    ) -> None:
+        self._client = client
+        self._clock = client.clock
+        self.config = config or ConsumerConfig()
+        self._owns_client = owns_client
+        self._states: dict[TopicPartition, _PartitionState] = {}
+        self._fetches: dict[int, asyncio.Task[_FetchResult]] = {}
+        self._results: list[_FetchResult] = []
+        self._node_backoff_until_ms: dict[int, int] = {}
+        self._wakeup = asyncio.Event()
+        self._pending_error: Exception | None = None
+        self._closed = False
+
+    # ---------------------------------------------------------------------------------------
+    # Assignment and positions
+
+    def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        """Replace the assignment. Partitions kept keep their positions."""
+        self._check_open()
+        wanted = [_as_tp(p) for p in partitions]
+        self._states = {tp: self._states.get(tp) or self._new_state() for tp in wanted}
+        self._client.metadata.add_topics(tp.topic for tp in wanted)
+
+    def _new_state(self) -> _PartitionState:
+        state = _PartitionState()
+        if self.config.auto_offset_reset != "none":
+            state.reset_to = self._reset_timestamp()
+        return state
+
+    def _reset_timestamp(self) -> int:
+        return (
+            EARLIEST_TIMESTAMP if self.config.auto_offset_reset == "earliest" else LATEST_TIMESTAMP
+        )
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._states)
+
+    def _state(self, tp: TopicPartition) -> _PartitionState:
+        state = self._states.get(tp)
+        if state is None:
+            raise ValueError(f"{tp} is not assigned to this consumer")
+        return state
+
+    def seek(self, tp: TopicPartition | tuple[str, int], offset: int) -> None:
+        if offset < 0:
+            raise ValueError(f"cannot seek to negative offset {offset}")
+        state = self._state(_as_tp(tp))
+        state.position = offset
+        state.reset_to = None
+
+    def seek_to_beginning(self, *partitions: TopicPartition | tuple[str, int]) -> None:
+        """Move to the earliest offset (resolved at the next `poll()` or `position()`)."""
+        self._seek_reset(partitions, EARLIEST_TIMESTAMP)
+
+    def seek_to_end(self, *partitions: TopicPartition | tuple[str, int]) -> None:
+        """Move to the log end offset (resolved at the next `poll()` or `position()`)."""
+        self._seek_reset(partitions, LATEST_TIMESTAMP)
+
+    def _seek_reset(self, partitions: Sequence[TopicPartition | tuple[str, int]], to: int) -> None:
+        targets = [_as_tp(p) for p in partitions] or list(self._states)
+        for tp in targets:
+            state = self._state(tp)
+            state.position = None
+            state.reset_to = to
+
+    async def position(self, tp: TopicPartition | tuple[str, int]) -> int:
+        """The offset of the next record to return, resolving a pending reset first."""
+        tp = _as_tp(tp)
+        state = self._state(tp)
+        if state.position is None:
+            await self._reset_positions([tp])
+        assert state.position is not None
+        return state.position
+
+    def high_watermark(self, tp: TopicPartition | tuple[str, int]) -> int:
+        """The high watermark of the last fetch answer for `tp` (-1 before any)."""
+        return self._state(_as_tp(tp)).high_watermark
+
+    # ---------------------------------------------------------------------------------------
+    # Offset lookups
+
+    async def offsets_for_times(
+        self, timestamps: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """Per partition, the earliest offset whose timestamp is >= the given one (None if
+        no such record exists)."""
+        found = await self._list_offsets(dict(timestamps))
+        return {tp: (None if o.offset < 0 else o) for tp, o in found.items()}
+
+    async def beginning_offsets(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        found = await self._list_offsets(dict.fromkeys(partitions, EARLIEST_TIMESTAMP))
+        return {tp: o.offset for tp, o in found.items()}
+
+    async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        found = await self._list_offsets(dict.fromkeys(partitions, LATEST_TIMESTAMP))
+        return {tp: o.offset for tp, o in found.items()}
+
+    async def _list_offsets(
+        self, timestamps: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, OffsetAndTimestamp]:
+        """ListOffsets to each partition's leader, retrying retriable errors per partition."""
+        self._check_open()
+        results: dict[TopicPartition, OffsetAndTimestamp] = {}
+
+        async def attempt() -> None:
+            remaining = {tp: ts for tp, ts in timestamps.items() if tp not in results}
+            by_leader: dict[int, list[TopicPartition]] = {}
+            for tp in remaining:
+                leader, _ = await self._client.leader_for(tp)
+                by_leader.setdefault(leader.node_id, []).append(tp)
+            outcomes = await asyncio.gather(
+                *(self._list_from(node, tps, remaining) for node, tps in by_leader.items()),
+                return_exceptions=True,
+            )
+            errors = [o for o in outcomes if isinstance(o, BaseException)]
+            for outcome in outcomes:
+                if isinstance(outcome, dict):
+                    results.update(outcome)
+            if errors:
+                raise errors[0]  # retried by call() if retriable; others are kept in results
+            missing = [tp for tp in timestamps if tp not in results]
+            if missing:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no answer for {missing}")
+
+        await self._client.call(
+            attempt, timeout_ms=self.config.request_timeout_ms, what="ListOffsets"
+        )
+        return results
+
+    async def _list_from(
+        self,
+        node_id: int,
+        partitions: list[TopicPartition],
+        timestamps: Mapping[TopicPartition, int],
+    ) -> dict[TopicPartition, OffsetAndTimestamp]:
+        by_topic: dict[str, list[ListOffsetsPartition]] = {}
+        view = self._client.metadata.view
+        for tp in partitions:
+            info = view.partition(tp)
+            epoch = -1 if info is None else info.leader_epoch
+            by_topic.setdefault(tp.topic, []).append(
+                ListOffsetsPartition(
+                    partition_index=tp.partition,
+                    current_leader_epoch=epoch,
+                    timestamp=timestamps[tp],
+                )
+            )
+        request = ListOffsetsRequest(
+            replica_id=self.config.replica_id,
+            topics=[ListOffsetsTopic(name=t, partitions=p) for t, p in by_topic.items()],
+        )
+        response = await self._client.send_expect(node_id, request, ListOffsetsResponse)
+        found: dict[TopicPartition, OffsetAndTimestamp] = {}
+        first_error: KafkaError | None = None
+        for topic in response.topics:
+            for part in topic.partitions:
+                tp = TopicPartition(topic.name, part.partition_index)
+                if part.error_code == ErrorCode.NONE:
+                    found[tp] = OffsetAndTimestamp(part.offset, part.timestamp, part.leader_epoch)
+                elif first_error is None:
+                    first_error = KafkaError(part.error_code, str(tp))
+        if first_error is not None:
+            if invalidates_metadata(first_error):
+                self._client.metadata.request_update()
+            if not first_error.retriable:
+                raise first_error
+        return found
+
+    async def _reset_positions(self, partitions: Iterable[TopicPartition]) -> None:
+        due: dict[TopicPartition, int] = {}
+        for tp in partitions:
+            state = self._states.get(tp)
+            if state is None or state.position is not None:
+                continue
+            if state.reset_to is None:
+                raise NoOffsetForPartitionError(f"{tp} has no position and auto.offset.reset=none")
+            due[tp] = state.reset_to
+        if not due:
+            return
+        found = await self._list_offsets(due)
+        for tp, to in due.items():
+            state = self._states.get(tp)
+            # Skip partitions unassigned or sought elsewhere while the lookup was running.
+            if state is not None and state.position is None and state.reset_to == to:
+                state.position = found[tp].offset
+                state.reset_to = None
+
+    # ---------------------------------------------------------------------------------------
+    # Polling
+
+    async def poll(self, timeout_ms: float = 0) -> list[ConsumerRecord]:
+        """Records from the assigned partitions, in offset order per partition.
+
+        Returns as soon as any fetch brings records, or `[]` after `timeout_ms` (measured on
+        the injected clock) with nothing new.
+        """
+        self._check_open()
+        deadline_ns = self._clock.monotonic_ns() + round(timeout_ms * NS_PER_MS)
+        await self._reset_positions(list(self._states))
+        while True:
+            records = self._take_results()
+            if records:
+                return records
+            error, self._pending_error = self._pending_error, None
+            if error is not None:
+                raise error
+            await self._reset_positions(list(self._states))  # after OFFSET_OUT_OF_RANGE
+            await self._send_fetches()
+            now_ns = self._clock.monotonic_ns()
+            if now_ns >= deadline_ns:
+                return []
+            if not self._fetches:
+                # Nothing in flight (leaders unknown or brokers backing off): look again after
+                # retry.backoff.ms instead of sleeping through the whole poll.
+                retry_ns = now_ns + self.config.retry_backoff_ms * NS_PER_MS
+                await self._wait(min(deadline_ns, retry_ns))
+            else:
+                await self._wait(deadline_ns)
+
+    async def _wait(self, deadline_ns: int) -> None:
+        if self._results:
+            return
+        alarm = self._clock.call_at_ns(deadline_ns, self._wakeup.set)
+        try:
+            await self._wakeup.wait()
+        finally:
+            self._wakeup.clear()
+            alarm.cancel()
+
+    def _fetchable(self) -> dict[int, dict[TopicPartition, int]]:
+        """Per leader node, the partitions to fetch and their positions."""
+        view = self._client.metadata.view
+        now_ms = self._clock.monotonic_ms()
+        plan: dict[int, dict[TopicPartition, int]] = {}
+        for tp, state in self._states.items():
+            if state.position is None:
+                continue
+            leader = view.leader(tp)
+            if leader is None:
+                self._client.metadata.request_update()
+                continue
+            node = leader.node_id
+            if node in self._fetches or self._node_backoff_until_ms.get(node, 0) > now_ms:
+                continue
+            plan.setdefault(node, {})[tp] = state.position
+        return plan
+
+    async def _send_fetches(self) -> None:
+        if self._client.metadata.update_requested() or any(
+            self._client.metadata.view.leader(tp) is None for tp in self._states
+        ):
+            try:
+                await self._client.cluster()
+            except (ClientError, KafkaError) as exc:
+                # Fetching goes on with the partitions whose leaders are known.
+                _log.debug("metadata refresh before fetch failed: %s", exc)
+        for node, positions in self._fetchable().items():
+            task = asyncio.create_task(self._fetch(node, positions), name=f"fetch from {node}")
+            self._fetches[node] = task
+            task.add_done_callback(self._fetch_done)
+
+    def _fetch_done(self, task: asyncio.Task[_FetchResult]) -> None:
+        if task.cancelled():
+            return
+        result = task.result()
+        if self._fetches.get(result.node_id) is task:
+            del self._fetches[result.node_id]
+        self._results.append(result)
+        self._wakeup.set()
+
+    async def _fetch(self, node_id: int, positions: dict[TopicPartition, int]) -> _FetchResult:
+        view = self._client.metadata.view
+        topics: dict[str, list[FetchPartition]] = {}
+        for tp, offset in positions.items():
+            info = view.partition(tp)
+            topics.setdefault(tp.topic, []).append(
+                FetchPartition(
+                    partition=tp.partition,
+                    current_leader_epoch=-1 if info is None else info.leader_epoch,
+                    fetch_offset=offset,
+                    partition_max_bytes=self.config.max_partition_fetch_bytes,
+                )
+            )
+        request = FetchRequest(
+            replica_id=self.config.replica_id,
+            max_wait_ms=self.config.fetch_max_wait_ms,
+            min_bytes=self.config.fetch_min_bytes,
+            max_bytes=self.config.fetch_max_bytes,
+            topics=[FetchTopic(topic=t, partitions=p) for t, p in topics.items()],
+        )
+        timeout_ms = self.config.request_timeout_ms + self.config.fetch_max_wait_ms
+        try:
+            response = await self._client.send_expect(
+                node_id, request, FetchResponse, timeout_ms=timeout_ms
+            )
+        except (ClientError, KafkaError) as exc:
+            return _FetchResult(node_id, positions, None, exc)
+        return _FetchResult(node_id, positions, response, None)
+
+    def _take_results(self) -> list[ConsumerRecord]:
+        """Records from the completed fetches; the first error is kept for `poll()` to raise.
+
+        Every partition is processed even after an error, so records already decoded (and
+        positions already advanced) are never lost; the error surfaces once they are returned.
+        """
+        results, self._results = self._results, []
+        records: list[ConsumerRecord] = []
+        for result in results:
+            try:
+                if result.error is not None:
+                    self._fetch_failed(result.node_id, result.error)
+                    continue
+                assert result.response is not None
+                records += self._result_records(result, result.response)
+            except Exception as exc:
+                if self._pending_error is None:
+                    self._pending_error = exc
+        return records
+
+    def _result_records(
+        self, result: _FetchResult, response: FetchResponse
+    ) -> list[ConsumerRecord]:
+        records: list[ConsumerRecord] = []
+        error: Exception | None = None
+        for topic in response.responses:
+            for part in topic.partitions:
+                tp = TopicPartition(topic.topic, part.partition_index)
+                asked = result.positions.get(tp)
+                state = self._states.get(tp)
+                if asked is None or state is None or state.position != asked:
+                    continue  # unassigned or sought since the fetch was sent
+                try:
+                    records += self._partition_records(result.node_id, tp, state, part)
+                except Exception as exc:
+                    error = error or exc
+        if error is not None and self._pending_error is None:
+            self._pending_error = error
+        return records
+
+    def _fetch_failed(self, node_id: int, error: Exception) -> None:
+        if isinstance(error, KafkaError) and not error.retriable:
+            raise error
+        if isinstance(error, ClientClosedError):
+            raise error
+        _log.debug("fetch from %d failed: %s", node_id, error)
+        self._client.metadata.request_update()
+        now_ms = self._clock.monotonic_ms()
+        self._node_backoff_until_ms[node_id] = now_ms + self.config.retry_backoff_ms
+
+    def _partition_records(
+        self, node_id: int, tp: TopicPartition, state: _PartitionState, part: FetchResponsePartition
+    ) -> list[ConsumerRecord]:
+        code = ErrorCode.from_code(part.error_code)
+        if code is ErrorCode.NONE:
+            state.high_watermark = part.high_watermark
+            state.log_start_offset = part.log_start_offset
+            assert state.position is not None
+            records, state.position = decode_fetched(
+                tp, state.position, part.records, limit=self.config.max_partition_fetch_bytes
+            )
+            return records
+        if code is ErrorCode.OFFSET_OUT_OF_RANGE:
+            position = state.position
+            assert position is not None
+            if self.config.auto_offset_reset == "none":
+                raise OffsetOutOfRangeError(tp, position)
+            _log.info("%s: offset %d out of range, resetting", tp, position)
+            state.position = None
+            state.reset_to = self._reset_timestamp()
+            return []
+        if not code.retriable:
+            raise KafkaError(code, str(tp))
+        if invalidates_metadata(KafkaError(code)):
+            self._client.metadata.request_update()
+        else:
+            now_ms = self._clock.monotonic_ms()
+            self._node_backoff_until_ms[node_id] = now_ms + self.config.retry_backoff_ms
+        return []
+
+    # ---------------------------------------------------------------------------------------
+    # Shutdown
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosedError("the consumer is closed")
+
+    async def close(self) -> None:
+        """Cancel in-flight fetches (and close the client if the consumer owns it)."""
+        if self._closed:
+            return
+        self._closed = True
+        fetches = list(self._fetches.values())
+        self._fetches.clear()
+        for task in fetches:
+            task.cancel()
+        for task in fetches:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._results.clear()
+        if self._owns_client:
+            await self._client.close()
+
+    async def __aenter__(self) -> Consumer:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
+def decode_fetched(
+    tp: TopicPartition, position: int, data: bytes, *, limit: int
+) -> tuple[list[ConsumerRecord], int]:
+    """The records at or after `position` in one partition's fetched bytes, and the position
+    after them.
+
+    Skips records below `position` and control batches; steps over offsets missing inside a
+    batch (compaction). Stops without error at a batch cut short by the fetch size, unless it is
+    the first one (then it alone exceeds `limit`: RecordTooLargeError). A batch that fails its
+    header or CRC checks raises CorruptRecordError.
+    """
+    records: list[ConsumerRecord] = []
+    pos = 0
+    end = len(data)
+    while pos < end:
+        if end - pos < LOG_OVERHEAD:
+            break  # a partial batch at the end: fetched whole next time
+        size = LOG_OVERHEAD + int.from_bytes(data[pos + 8 : pos + 12], "big", signed=True)
+        if size < RECORD_BATCH_OVERHEAD:
+            raise CorruptRecordError(f"batch of {size} bytes in a fetch of {tp}", pos)
+        if pos + size > end:
+            if pos == 0:
+                raise RecordTooLargeError(
+                    f"{tp}: the batch at offset {position} ({size} bytes) exceeds "
+                    f"max.partition.fetch.bytes={limit}"
+                )
+            break
+        header = validate_batch(data, pos)
+        next_offset = header.base_offset + header.last_offset_delta + 1
+        if next_offset > position and not header.is_control:
+            records += [
+                ConsumerRecord(
+                    tp.topic,
+                    tp.partition,
+                    record.offset,
+                    record.timestamp,
+                    record.key,
+                    record.value,
+                    record.headers,
+                )
+                for record in iter_records(data, pos, verify_crc=False)  # checked above
+                if record.offset >= position
+            ]
+        position = max(position, next_offset)
+        pos += size
+    return records, position

@@ -1,0 +1,305 @@
+"""`BrokerConfig`: one broker's settings, read from Kafka's property names.
+
+A node's property map holds every component's settings; each component reads its own keys
+through its own `from_properties` (log manager, replica manager, replica fetchers, request
+server, fetch clients), and this class gathers them with the few keys that belong to the node
+itself:
+
+    broker.id              this broker's id (required)
+    listeners              comma-separated `NAME://host:port`, the addresses the broker binds:
+                           `native` (the msgpack protocol, required) and optionally `kafka`
+                           (the Kafka wire protocol, for Kafka clients); names are unique, and
+                           so are the ports (port 0: any free port)
+    advertised.listeners   comma-separated `NAME://host:port`, the addresses the broker
+                           registers for clients to connect to, per listener name (each must
+                           be in `listeners`); a listener without one advertises its bound
+                           address (port 0 resolved). A listener bound to a wildcard host
+                           (0.0.0.0, ::) must have one: no client can connect to a wildcard
+    controller.address     `host:port` of the controller (AlterPartition goes there)
+    message.max.bytes      the largest produce batch the data path accepts
+    metrics.port           the Prometheus endpoint's port on the listener's host (-1: off,
+                           the default; 0: any free port), runtime/metrics.py
+
+and the lifecycle's keys (node/broker/lifecycle.py): cluster.id, broker.heartbeat.interval.ms,
+broker.session.timeout.ms, controlled.shutdown.enable, controlled.shutdown.max.retries,
+controlled.shutdown.retry.backoff.ms.
+
+The value is immutable: a node is configured once, at construction. The listener rules are
+Kafka's (KafkaConfig's listener validation): a bad combination is refused here, when the
+configuration is read, not when a client finds an unreachable address in Metadata.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from actors.group.config import GroupCoordinatorConfig
+from actors.metadata_cache import DEFAULT_LISTENER
+from actors.replication.fetcher import ReplicaFetcherConfig
+from actors.replication.replica_manager import ReplicaManagerConfig
+from actors.replication.request_path import DEFAULT_MESSAGE_MAX_BYTES
+from client.config import ClientConfig
+from node.broker.lifecycle import BrokerLifecycleConfig
+from runtime.log.config import LogManagerConfig
+from runtime.metrics import METRICS_DISABLED, METRICS_PORT_KEY, metrics_port
+from runtime.net.server import ServerConfig
+from runtime.net.transport import Address
+from runtime.properties import int_property
+
+# The listener served with the native (msgpack) protocol: the inter-broker one.
+NATIVE_LISTENER: Final = DEFAULT_LISTENER
+DEFAULT_LISTENERS = f"{NATIVE_LISTENER}://127.0.0.1:9092"
+# The listener whose entry in `listeners` is served with the Kafka wire protocol (wire/kafka/);
+# the native one is NATIVE_LISTENER.
+KAFKA_LISTENER: Final = "kafka"
+LISTENERS_KEY: Final = "listeners"
+ADVERTISED_LISTENERS_KEY: Final = "advertised.listeners"
+# Hosts that mean "every interface" to bind(): fine to listen on, meaningless to connect to.
+WILDCARD_HOSTS: Final = frozenset({"0.0.0.0", "::"})
+
+
+def parse_listeners(text: str, *, key: str = LISTENERS_KEY) -> dict[str, Address]:
+    """`NAME://host:port,...` -> {name: address}; names are case-insensitive as in Kafka.
+
+    `key` names the property in error messages. Empty text gives an empty map: whether that is
+    allowed is the caller's rule (`listeners` needs the native entry, `advertised.listeners`
+    may be empty)."""
+    listeners: dict[str, Address] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        name, sep, address = part.partition("://")
+        if not sep or not name:
+            raise ValueError(f"{key}: expected NAME://host:port, got {part!r}")
+        name = name.lower()
+        if name in listeners:
+            raise ValueError(f"{key}: {name} named twice")
+        try:
+            listeners[name] = Address.parse(address)
+        except ValueError as exc:
+            raise ValueError(f"{key}: {name}: {exc}") from None
+    return listeners
+
+
+def format_listeners(listeners: Mapping[str, Address]) -> str:
+    """The inverse of parse_listeners (names in the map's order)."""
+    return ",".join(f"{name}://{address}" for name, address in listeners.items())
+
+
+def _check_listeners(listeners: Mapping[str, Address], advertised: Mapping[str, Address]) -> None:
+    """Kafka's listener rules; ValueError naming the property and the listener at fault."""
+    if not listeners:
+        raise ValueError(f"{LISTENERS_KEY} is empty")
+    ports: dict[int, str] = {}
+    for name, address in listeners.items():
+        # Two listeners cannot bind one port; port 0 picks a free port for each.
+        if address.port != 0 and address.port in ports:
+            raise ValueError(
+                f"{LISTENERS_KEY}: {ports[address.port]} and {name} both use port {address.port}"
+            )
+        ports[address.port] = name
+        if address.host in WILDCARD_HOSTS and name not in advertised:
+            raise ValueError(
+                f"{LISTENERS_KEY}: {name} binds the wildcard host {address.host}, which clients "
+                f"cannot connect to: give its address in {ADVERTISED_LISTENERS_KEY} "
+                f"({name}://HOST:PORT)"
+            )
+    for name, address in advertised.items():
+        if name not in listeners:
+            raise ValueError(
+                f"{ADVERTISED_LISTENERS_KEY}: {name} is not in {LISTENERS_KEY} "
+                f"({', '.join(listeners)})"
+            )
+        if address.host in WILDCARD_HOSTS or address.port == 0:
+            raise ValueError(
+                f"{ADVERTISED_LISTENERS_KEY}: {name} advertises {address}, which clients cannot "
+                "connect to (a wildcard host or port 0)"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    broker_id: int
+    listeners: Mapping[str, Address] = field(
+        default_factory=lambda: parse_listeners(DEFAULT_LISTENERS)
+    )
+    # Only the listeners whose advertised address differs from the bound one (see advertised()).
+    advertised_listeners: Mapping[str, Address] = field(default_factory=dict)
+    controller_address: Address | None = None
+    message_max_bytes: int = DEFAULT_MESSAGE_MAX_BYTES
+    log: LogManagerConfig = field(default_factory=LogManagerConfig)
+    replication: ReplicaManagerConfig | None = None
+    fetcher: ReplicaFetcherConfig = field(default_factory=ReplicaFetcherConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
+    # The clients of the replica fetchers and of the control channel (AlterPartition,
+    # registration, heartbeats, controlled shutdown, forwarded topic requests).
+    client: ClientConfig = field(default_factory=ClientConfig)
+    lifecycle: BrokerLifecycleConfig = field(default_factory=BrokerLifecycleConfig)
+    metrics_port: int = METRICS_DISABLED
+    # The consumer-group coordinator (offsets.* and group.* keys, actors/group/config.py).
+    groups: GroupCoordinatorConfig = field(default_factory=GroupCoordinatorConfig)
+
+    def __post_init__(self) -> None:
+        if self.broker_id < 0:
+            raise ValueError(f"broker.id must be >= 0: {self.broker_id}")
+        if self.message_max_bytes < 1:
+            raise ValueError(f"message.max.bytes must be >= 1: {self.message_max_bytes}")
+        if self.replication is not None and self.replication.broker_id != self.broker_id:
+            raise ValueError("replication settings are for another broker id")
+        if self.metrics_port != METRICS_DISABLED and not 0 <= self.metrics_port <= 65_535:
+            raise ValueError(f"{METRICS_PORT_KEY} must be -1 (off) or 0..65535")
+        _check_listeners(self.listeners, self.advertised_listeners)
+        if self.listener_name not in self.listeners:
+            raise ValueError(f"listeners has no {self.listener_name} listener")
+        if self.listener_name == KAFKA_LISTENER:
+            # One Server per listener speaks one protocol: the inter-broker one is native.
+            raise ValueError(f"the inter-broker listener cannot be {KAFKA_LISTENER}")
+
+    @property
+    def replica_manager(self) -> ReplicaManagerConfig:
+        return self.replication or ReplicaManagerConfig(self.broker_id)
+
+    @property
+    def listener_name(self) -> str:
+        return (self.replication or ReplicaManagerConfig(self.broker_id)).inter_broker_listener
+
+    @property
+    def listen_address(self) -> Address:
+        """The address the native listener binds (port 0: any free port)."""
+        return self.listeners[self.listener_name]
+
+    @property
+    def kafka_listen_address(self) -> Address | None:
+        """The address the Kafka-protocol listener binds (port 0: any free port); None when
+        `listeners` has no kafka entry (the broker then speaks only the native protocol)."""
+        return self.listeners.get(KAFKA_LISTENER)
+
+    def advertised(self, name: str, bound: Address) -> Address:
+        """The address to register for listener `name`: its advertised.listeners entry, else
+        `bound`, the address the listener really bound (the caller resolves port 0)."""
+        assert name in self.listeners, (name, self.listeners)
+        address = self.advertised_listeners.get(name)
+        if address is not None:
+            return address
+        # __post_init__ refused a wildcard bind without an advertised address.
+        assert bound.host not in WILDCARD_HOSTS, (name, bound)
+        return bound
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, object]) -> BrokerConfig:
+        if "broker.id" not in properties:
+            raise ValueError("broker.id is required")
+        broker_id = int_property(properties, "broker.id", -1)
+        controller = properties.get("controller.address")
+        return cls(
+            broker_id,
+            listeners=parse_listeners(str(properties.get(LISTENERS_KEY, DEFAULT_LISTENERS))),
+            advertised_listeners=parse_listeners(
+                str(properties.get(ADVERTISED_LISTENERS_KEY, "")), key=ADVERTISED_LISTENERS_KEY
+            ),
+            controller_address=None if controller is None else Address.parse(str(controller)),
+            message_max_bytes=int_property(
+                properties, "message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES
+            ),
+            log=LogManagerConfig.from_properties(properties),
+            replication=ReplicaManagerConfig.from_properties(broker_id, properties),
+            fetcher=ReplicaFetcherConfig.from_properties(properties),
+            server=ServerConfig.from_properties(properties),
+            client=ClientConfig.from_properties(_client_properties(properties)),
+            lifecycle=BrokerLifecycleConfig.from_properties(properties),
+            metrics_port=metrics_port(properties),
+            groups=GroupCoordinatorConfig.from_properties(properties),
+        )
+
+
+# The broker-level names of the log settings and the LogConfig field each sets (the names
+# runtime/log/config.py reads), for the defaults listing below.
+_BROKER_LOG_FIELDS: Final = {
+    "log.segment.bytes": "segment_bytes",
+    "log.roll.ms": "segment_ms",
+    "log.roll.jitter.ms": "segment_jitter_ms",
+    "log.index.size.max.bytes": "segment_index_bytes",
+    "log.index.interval.bytes": "index_interval_bytes",
+    "log.retention.ms": "retention_ms",
+    "log.retention.bytes": "retention_bytes",
+    "log.flush.interval.messages": "flush_messages",
+    "log.flush.interval.ms": "flush_ms",
+    "log.segment.delete.delay.ms": "file_delete_delay_ms",
+    "log.cleanup.policy": "cleanup_policy",
+}
+# Read by the components but without a default of their own to show.
+_KEYS_WITHOUT_DEFAULT: Final = frozenset(
+    {
+        "broker.id",
+        "controller.address",
+        "log.dir",
+        "log.roll.hours",
+        "log.retention.minutes",
+        "log.retention.hours",
+    }
+)
+
+
+def property_defaults() -> dict[str, bool | int | float | str]:
+    """Every broker property this node reads, with the default its component applies; for
+    `ketch config show` and for telling a mistyped name from a real one."""
+    log_manager = LogManagerConfig()
+    log_defaults = log_manager.default
+    replication = ReplicaManagerConfig(0)
+    fetcher = ReplicaFetcherConfig()
+    server = ServerConfig()
+    client = ClientConfig()
+    lifecycle = BrokerLifecycleConfig()
+    defaults: dict[str, bool | int | float | str] = {
+        LISTENERS_KEY: DEFAULT_LISTENERS,
+        # Kafka's default is null: every listener advertises where it is bound.
+        ADVERTISED_LISTENERS_KEY: "",
+        "message.max.bytes": DEFAULT_MESSAGE_MAX_BYTES,
+        "log.dirs": ",".join(log_manager.log_dirs),
+        "log.retention.check.interval.ms": log_manager.retention_check_interval_ms,
+        "log.flush.scheduler.interval.ms": log_manager.flush_scheduler_interval_ms,
+        "log.flush.offset.checkpoint.interval.ms": (
+            log_manager.flush_offset_checkpoint_interval_ms
+        ),
+        "log.flush.start.offset.checkpoint.interval.ms": (
+            log_manager.flush_start_offset_checkpoint_interval_ms
+        ),
+        "replica.lag.time.max.ms": replication.replica_lag_time_max_ms,
+        "replica.high.watermark.checkpoint.interval.ms": (
+            replication.high_watermark_checkpoint_interval_ms
+        ),
+        "min.insync.replicas": replication.min_insync_replicas,
+        METRICS_PORT_KEY: METRICS_DISABLED,
+    }
+    for key, name in _BROKER_LOG_FIELDS.items():
+        defaults[key] = getattr(log_defaults, name)
+    component: ReplicaFetcherConfig | ServerConfig | BrokerLifecycleConfig | GroupCoordinatorConfig
+    for component in (fetcher, server, lifecycle, GroupCoordinatorConfig()):
+        for key in component.PROPERTIES:
+            defaults[key] = getattr(component, key.replace(".", "_"))
+    for key in _CLIENT_KEYS:
+        defaults[key] = getattr(client, key.replace(".", "_"))
+    return dict(sorted(defaults.items()))
+
+
+def known_properties() -> frozenset[str]:
+    return frozenset(property_defaults()) | _KEYS_WITHOUT_DEFAULT
+
+
+_CLIENT_KEYS: Final = frozenset(
+    {
+        "request.timeout.ms",
+        "socket.connection.setup.timeout.ms",
+        "reconnect.backoff.ms",
+        "reconnect.backoff.max.ms",
+        "retry.backoff.ms",
+        "retry.backoff.max.ms",
+    }
+)
+
+
+def _client_properties(properties: Mapping[str, object]) -> dict[str, object]:
+    """The client keys a broker honours (others, like a server's, are not the client's)."""
+    return {k: v for k, v in properties.items() if k in _CLIENT_KEYS}

@@ -1,0 +1,627 @@
+"""`BrokerNode`: the composition root of one broker process.
+
+It builds and wires the broker's parts and owns their lifetimes:
+
+    LogManager              the log dirs (open: lock, load, recover; background run() task)
+    DelayedOperations       the produce and fetch purgatories
+    ReplicaFetcherManager   follower fetchers, one Client per fetcher over the node's transport
+                            (Fetch is data-plane: no credential)
+    AlterPartitionManager   ISR proposals to the controller, over the control client (a Client
+                            holding the cluster credential: AlterPartition is control-plane)
+    BrokerLifecycle         registration, heartbeats and controlled shutdown, over the same
+                            control client (node/broker/lifecycle.py); optional, for tests
+                            that drive a broker's control plane by hand
+    ControllerForwarder     CreateTopics / DeleteTopics / DescribeCluster from clients, to the
+                            controller over the control client (KIP-590)
+    ReplicaManager          the actor for LeaderAndIsr / StopReplica / UpdateMetadata; it is the
+                            supervisor of the partition actors (a fatal log error marks that
+                            partition offline and is logged, the broker keeps serving)
+    RequestPath             Produce / Fetch / ListOffsets / OffsetForLeaderEpoch
+    GroupCoordinator        consumer groups and committed offsets on __consumer_offsets, one
+                            actor per led offsets partition, moved by the ReplicaManager's
+                            leadership hook (node/broker/groups.py has the handlers)
+    Server                  the native listener, handlers by API key; control-plane requests
+                            are served only on connections that proved the cluster secret
+    Server (kafka)          with a `kafka` entry in `listeners`: the Kafka wire protocol for
+                            Kafka clients, on the same data-plane and admin handlers
+                            (runtime/net/kafka_dialect.py); no control-plane API is reachable
+    BrokerMetrics           Prometheus metrics (runtime/metrics.py), always collected in
+                            memory; with metrics.port set, request latencies are observed and
+                            a MetricsHttpServer serves them on the node's loop
+
+Start order is bottom-up (logs, then what appends to them, then the listener), so no request
+can reach a part that is not running; registration starts last, in the background, so the broker
+serves (with whatever leadership the controller gives it) before the controller has answered.
+Clean shutdown (`stop()`) first runs the controlled shutdown while everything still serves (the
+controller moves leadership away and sends this broker LeaderAndIsr / StopReplica, which it must
+still answer), stops heartbeating, then goes the reverse way, as in Kafka's
+KafkaServer.shutdown: stop accepting requests, stop the fetchers (no more follower appends),
+stop the ReplicaManager (its partition actors stop and it writes the last high-watermark
+checkpoint), close the purgatories, stop the AlterPartitionManager, then the LogManager flushes
+every log, writes the recovery points and log start offsets, and writes the clean-shutdown
+marker. `crash()` is the test double of a killed process: it stops every task (heartbeats
+included, so the controller notices only through the session timeout) without any of those
+steps and leaves the on-disk checkpoints as they were at the moment of the crash.
+
+Ownership and why no lock: every part runs on the event loop thread; the node only starts and
+stops them (in `start()`, `stop()` and `crash()`, which the owner calls one at a time) and
+forwards requests. It keeps no mutable broker state of its own beyond the lifecycle state and the
+broker epoch, which only `set_broker_epoch` changes. No task outlives `stop()` or `crash()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import enum
+import logging
+from collections.abc import Iterator, Mapping
+from typing import Final
+
+from actors.group.coordinator import GroupCoordinator
+from actors.replication.alter_partition_manager import AlterPartitionManager
+from actors.replication.delayed import DelayedOperations
+from actors.replication.fetcher import BrokerEndpoint, FetcherClient
+from actors.replication.fetcher_manager import ReplicaFetcherManager
+from actors.replication.partition_messages import ACKS_NONE
+from actors.replication.replica_manager import (
+    HandleLeaderAndIsr,
+    HandleStopReplica,
+    HandleUpdateMetadata,
+    ReplicaManager,
+    SetBrokerEpoch,
+)
+from actors.replication.request_path import RequestPath
+from client.client import Client
+from node.broker.config import KAFKA_LISTENER, BrokerConfig
+from node.broker.describe_configs import TopicConfigSource, describe_configs
+from node.broker.groups import BrokerGroups
+from node.broker.lifecycle import BrokerLifecycle, ControllerForwarder
+from node.broker.offsets_log import RequestPathOffsetsLog
+from node.broker.producer_ids import ProducerIdManager
+from runtime.actor import ActorStatistics
+from runtime.clock import Clock
+from runtime.log.manager import LoadedDir, LogManager
+from runtime.metrics import METRICS_DISABLED, BrokerMetrics, MetricsHttpServer
+from runtime.net.kafka_dialect import KafkaProtocol
+from runtime.net.server import Handler, RequestContext, Server
+from runtime.net.transport import Address, Transport
+from wire.group_records import OFFSETS_TOPIC
+from wire.messages import (
+    CONTROL_PLANE_API_KEYS,
+    AllocateProducerIdsRequest,
+    AllocateProducerIdsResponse,
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    ApiKey,
+    BrokerRegistrationListener,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    FetchRequest,
+    FetchResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    LeaderAndIsrRequest,
+    LeaderAndIsrResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    MetadataRequest,
+    MetadataResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+    ProduceRequest,
+    ProduceResponse,
+    Request,
+    Response,
+    StopReplicaRequest,
+    StopReplicaResponse,
+    UpdateMetadataRequest,
+    UpdateMetadataResponse,
+)
+
+log = logging.getLogger(__name__)
+
+NO_BROKER_EPOCH: Final = -1
+
+
+class NodeState(enum.Enum):
+    NEW = "new"
+    RUNNING = "running"
+    STOPPED = "stopped"
+
+
+# The lifecycle as a table: start once, stop (cleanly or by crash) once. A stopped node is not
+# restarted: a restart builds a new node over the same log dirs, as a new process would.
+_TRANSITIONS: Final[Mapping[tuple[NodeState, str], NodeState]] = {
+    (NodeState.NEW, "start"): NodeState.RUNNING,
+    (NodeState.RUNNING, "stop"): NodeState.STOPPED,
+    (NodeState.RUNNING, "crash"): NodeState.STOPPED,
+}
+
+
+class IllegalNodeTransitionError(RuntimeError):
+    pass
+
+
+class BrokerNode:
+    """One broker: `await start()`, serve, then `await stop()` (or `crash()` in tests)."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        *,
+        transport: Transport,
+        clock: Clock,
+        cluster_secret: bytes,
+        controller: Address | None = None,
+        lifecycle: bool = True,
+    ) -> None:
+        """`lifecycle=False` leaves out registration, heartbeats and controlled shutdown, for a
+        test that plays the controller by hand; the broker epoch then stays -1 unless the owner
+        calls `set_broker_epoch`."""
+        self.config = config
+        self.broker_id = config.broker_id
+        self.clock = clock
+        self._transport = transport
+        self._secret = cluster_secret
+        controller = controller if controller is not None else config.controller_address
+        if controller is None:
+            raise ValueError("the broker needs the controller's address (controller.address)")
+        self.controller = controller
+        self.state = NodeState.NEW
+        self.broker_epoch = NO_BROKER_EPOCH
+        self.loaded: list[LoadedDir] = []  # what LogManager.open reported (clean or recovered)
+
+        self.log_manager = LogManager(config.log, clock)
+        self.delayed = DelayedOperations(clock)
+        # Built first: the ReplicaManager and the server take its hooks. Its sources are read
+        # only at scrape time, by which point every part exists.
+        self.metrics = BrokerMetrics(
+            replica_counts=lambda: self.replica_manager.partition_counts(),
+            purgatories={"Produce": self.delayed.produce, "Fetch": self.delayed.fetch},
+            mailboxes=self._mailboxes,
+        )
+        self.metrics_server: MetricsHttpServer | None = None
+        if config.metrics_port != METRICS_DISABLED:
+            self.metrics_server = MetricsHttpServer(
+                self.metrics, config.listen_address.host, config.metrics_port, clock=clock
+            )
+        self._fetch_clients: set[_FetchClient] = set()
+        # Built below; the fetchers and the ReplicaManager need each other's lookups.
+        self.replica_manager: ReplicaManager
+        self.fetchers = ReplicaFetcherManager(
+            self.broker_id,
+            self._fetch_client,
+            lambda tp: self.replica_manager.partition(tp),
+            clock,
+            config.fetcher,
+        )
+        self._control_client = Client(
+            [controller],
+            transport=transport,
+            clock=clock,
+            client_id=f"broker-{self.broker_id}-control",
+            config=config.client,
+            credential=cluster_secret,
+        )
+        channel = _ControlChannel(self._control_client, controller)
+        self.lifecycle: BrokerLifecycle | None = None
+        if lifecycle:
+            self.lifecycle = BrokerLifecycle(
+                self.broker_id,
+                config.lifecycle,
+                channel=channel,
+                clock=clock,
+                listeners=self._registration_listeners,
+                on_registered=self.set_broker_epoch,
+            )
+        # Kafka bounds a forwarded request by the broker's request.timeout.ms.
+        self.forwarder = ControllerForwarder(
+            channel, clock, budget_ms=config.client.request_timeout_ms, seed=self.broker_id
+        )
+        self.alter_partition = AlterPartitionManager(
+            self.broker_id,
+            self._send_alter_partition,
+            clock,
+            broker_epoch=lambda: self.broker_epoch,
+            topic_id=lambda topic: self.replica_manager.metadata.topic_id(topic),
+        )
+        # Producer ids for InitProducerId, in blocks from the controller (KIP-730).
+        self.producer_ids = ProducerIdManager(
+            self._send_allocate_producer_ids,
+            self.broker_id,
+            broker_epoch=lambda: self.broker_epoch,
+            clock=clock,
+            retry_backoff_ms=config.client.retry_backoff_ms,
+        )
+        self.replica_manager = ReplicaManager(
+            config.replica_manager,
+            self.log_manager,
+            self.fetchers,
+            self.delayed,
+            self.alter_partition,
+            # Seed 002: leadership of __consumer_offsets partitions moves the groups with it.
+            on_leadership_change=lambda leaders, followers: (
+                self.group_coordinator.on_leadership_change(leaders, followers)
+            ),
+            on_partitions_deleted=lambda deleted: self.group_coordinator.on_partitions_deleted(
+                deleted
+            ),
+            isr_change_listener=self.metrics.isr_changes,
+            clock=clock,
+        )
+        self.request_path = RequestPath(
+            self.replica_manager.partition,
+            self.delayed,
+            message_max_bytes=config.message_max_bytes,
+            # The topic's override (from the controller's topic configs), else the broker's.
+            min_insync_replicas=lambda topic: self.replica_manager.min_insync_replicas(topic),
+        )
+        self.group_coordinator = GroupCoordinator(
+            RequestPathOffsetsLog(
+                self.request_path, config.groups.offsets_commit_timeout_ms, clock
+            ),
+            config.groups,
+            clock=clock,
+            offsets_partitions=self._offsets_partitions,
+            seed=self.broker_id,
+        )
+        self.groups = BrokerGroups(
+            self.group_coordinator,
+            metadata=lambda: self.replica_manager.metadata,
+            create_topics=self.forwarder.create_topics,
+        )
+        # Latency is the one per-request metric; a node without an endpoint skips it.
+        observer = None if self.metrics_server is None else self.metrics.requests.observe
+        self.server = Server(
+            transport,
+            config.listen_address,
+            self._handlers(),
+            clock=clock,
+            config=config.server,
+            cluster_secret=cluster_secret,
+            request_observer=observer,
+        )
+        self.kafka_server: Server | None = None
+        if config.kafka_listen_address is not None:
+            kafka = KafkaProtocol(self._kafka_handlers(), _TopicIds(self.replica_manager))
+            self.kafka_server = Server(
+                transport,
+                config.kafka_listen_address,
+                kafka.handlers,
+                clock=clock,
+                config=config.server,
+                request_observer=observer,
+                dialect=kafka.dialect,
+            )
+        self._topic_configs = TopicConfigSource(
+            exists=lambda topic: self.replica_manager.metadata.has_topic(topic),
+            overrides=self.log_manager.topic_overrides,
+            effective=self.log_manager.config_for,
+            min_insync_replicas=self.replica_manager.min_insync_replicas,
+        )
+        self._log_task: asyncio.Task[None] | None = None
+
+    # -- wiring ---------------------------------------------------------------------------------
+
+    def _fetch_client(self, leader: BrokerEndpoint, fetcher_id: int) -> FetcherClient:
+        client = Client(
+            [leader.address],
+            transport=self._transport,
+            clock=self.clock,
+            client_id=f"broker-{self.broker_id}-fetcher-{fetcher_id}",
+            config=self.config.client,
+        )
+        owned = _FetchClient(client, self._fetch_clients)
+        self._fetch_clients.add(owned)
+        return owned
+
+    async def _send_alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionResponse:
+        response = await self._control_client.send(self.controller, request)
+        assert isinstance(response, AlterPartitionResponse), response
+        return response
+
+    async def _send_allocate_producer_ids(
+        self, request: AllocateProducerIdsRequest
+    ) -> AllocateProducerIdsResponse:
+        response = await self._control_client.send(self.controller, request)
+        assert isinstance(response, AllocateProducerIdsResponse), response
+        return response
+
+    def _mailboxes(self) -> Iterator[tuple[str, ActorStatistics]]:
+        """Every running actor of the broker, by kind (for the mailbox-depth gauges)."""
+        yield "ReplicaManager", self.replica_manager.statistics()
+        for actor in self.replica_manager.routes.values():
+            yield "Partition", actor.statistics()
+
+    def _registration_listeners(self) -> list[BrokerRegistrationListener]:
+        """Every configured listener at its advertised address, else at the address it bound
+        (port 0 resolved)."""
+        bound = {self.config.listener_name: self.server.address}
+        if self.kafka_server is not None:
+            bound[KAFKA_LISTENER] = self.kafka_server.address
+        listeners = []
+        for name, address in sorted(self.config.listeners.items()):
+            advertised = self.config.advertised(name, bound.get(name, address))
+            listeners.append(
+                BrokerRegistrationListener(name=name, host=advertised.host, port=advertised.port)
+            )
+        return listeners
+
+    def _offsets_partitions(self) -> int | None:
+        topic = self.replica_manager.metadata.topics.get(OFFSETS_TOPIC)
+        return None if topic is None else len(topic.partitions)
+
+    def _handlers(self) -> dict[int, Handler]:
+        return self.groups.handlers(self.config.listener_name, kafka=False) | {
+            ApiKey.CREATE_TOPICS: self._create_topics,
+            ApiKey.DELETE_TOPICS: self._delete_topics,
+            ApiKey.DESCRIBE_CLUSTER: self._describe_cluster,
+            ApiKey.DESCRIBE_CONFIGS: self._describe_configs,
+            ApiKey.METADATA: self._metadata,
+            ApiKey.PRODUCE: self._produce,
+            ApiKey.FETCH: self._fetch,
+            ApiKey.LIST_OFFSETS: self._list_offsets,
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: self._offset_for_leader_epoch,
+            ApiKey.LEADER_AND_ISR: self._leader_and_isr,
+            ApiKey.STOP_REPLICA: self._stop_replica,
+            ApiKey.UPDATE_METADATA: self._update_metadata,
+            ApiKey.INIT_PRODUCER_ID: self._init_producer_id,
+        }
+
+    def _kafka_handlers(self) -> dict[int, Handler]:
+        """The Kafka listener's: the data-plane and admin handlers, Metadata from its side."""
+        handlers = {
+            key: handler
+            for key, handler in self._handlers().items()
+            if key not in CONTROL_PLANE_API_KEYS
+        }
+        handlers[ApiKey.METADATA] = self._kafka_metadata
+        return handlers | self.groups.handlers(KAFKA_LISTENER, kafka=True)
+
+    # -- handlers (the server refuses the control-plane ones on unauthenticated connections) ----
+
+    async def _init_producer_id(
+        self, request: InitProducerIdRequest, ctx: RequestContext
+    ) -> InitProducerIdResponse:
+        return await self.producer_ids.init_producer_id(request)
+
+    async def _metadata(self, request: MetadataRequest, ctx: RequestContext) -> MetadataResponse:
+        return self.replica_manager.metadata.metadata_response(
+            request, listener=self.config.listener_name
+        )
+
+    async def _kafka_metadata(
+        self, request: MetadataRequest, ctx: RequestContext
+    ) -> MetadataResponse:
+        response = self.replica_manager.metadata.metadata_response(
+            request, listener=KAFKA_LISTENER, cluster_id=self.config.lifecycle.cluster_id or None
+        )
+        # Kafka clients send admin requests to the controller the answer names; ketch's
+        # controller is no broker, and every broker forwards them to it (KIP-590), so the
+        # answering broker names itself, as a KRaft broker names a live broker.
+        return dataclasses.replace(response, controller_id=self.broker_id)
+
+    async def _produce(
+        self, request: ProduceRequest, ctx: RequestContext
+    ) -> ProduceResponse | None:
+        response = await self.request_path.produce(request)
+        # With acks=0 Kafka sends no response (the appends are done either way).
+        return None if request.acks == ACKS_NONE else response
+
+    async def _fetch(self, request: FetchRequest, ctx: RequestContext) -> FetchResponse:
+        return await self.request_path.fetch(request)
+
+    async def _list_offsets(
+        self, request: ListOffsetsRequest, ctx: RequestContext
+    ) -> ListOffsetsResponse:
+        return await self.request_path.list_offsets(request)
+
+    async def _offset_for_leader_epoch(
+        self, request: OffsetForLeaderEpochRequest, ctx: RequestContext
+    ) -> OffsetForLeaderEpochResponse:
+        return await self.request_path.offset_for_leader_epoch(request)
+
+    async def _create_topics(
+        self, request: CreateTopicsRequest, ctx: RequestContext
+    ) -> CreateTopicsResponse:
+        return await self.forwarder.create_topics(request)
+
+    async def _delete_topics(
+        self, request: DeleteTopicsRequest, ctx: RequestContext
+    ) -> DeleteTopicsResponse:
+        return await self.forwarder.delete_topics(request)
+
+    async def _describe_cluster(
+        self, request: DescribeClusterRequest, ctx: RequestContext
+    ) -> DescribeClusterResponse:
+        return await self.forwarder.describe_cluster(request)
+
+    async def _describe_configs(
+        self, request: DescribeConfigsRequest, ctx: RequestContext
+    ) -> DescribeConfigsResponse:
+        return describe_configs(request, self._topic_configs)
+
+    async def _leader_and_isr(
+        self, request: LeaderAndIsrRequest, ctx: RequestContext
+    ) -> LeaderAndIsrResponse:
+        return await self.replica_manager.ask(HandleLeaderAndIsr(request))
+
+    async def _stop_replica(
+        self, request: StopReplicaRequest, ctx: RequestContext
+    ) -> StopReplicaResponse:
+        return await self.replica_manager.ask(HandleStopReplica(request))
+
+    async def _update_metadata(
+        self, request: UpdateMetadataRequest, ctx: RequestContext
+    ) -> UpdateMetadataResponse:
+        return await self.replica_manager.ask(HandleUpdateMetadata(request))
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def _move(self, event: str) -> None:
+        target = _TRANSITIONS.get((self.state, event))
+        if target is None:
+            raise IllegalNodeTransitionError(f"broker {self.broker_id}: {event} while {self.state}")
+        self.state = target
+
+    @property
+    def address(self) -> Address:
+        """The bound address of the native listener (the real port when port 0 was asked)."""
+        return self.server.address
+
+    @property
+    def had_clean_shutdown(self) -> bool:
+        """Every log dir had the clean-shutdown marker at start (no recovery scan ran)."""
+        return bool(self.loaded) and all(d.clean_shutdown for d in self.loaded)
+
+    async def start(self) -> None:
+        self._move("start")
+        self.loaded = await self.log_manager.open_async()
+        try:
+            self._log_task = asyncio.get_running_loop().create_task(
+                self.log_manager.run(), name=f"log-manager@{self.broker_id}"
+            )
+            await self.alter_partition.start()
+            await self.group_coordinator.start()  # before leadership can move to it
+            await self.replica_manager.start()
+            await self.server.start()
+            if self.kafka_server is not None:
+                await self.kafka_server.start()
+            if self.metrics_server is not None:
+                await self.metrics_server.start()
+            if self.lifecycle is not None:
+                await self.lifecycle.start()
+        except BaseException:
+            await self._abort()
+            raise
+        kafka = (
+            "" if self.kafka_server is None else f", Kafka protocol at {self.kafka_server.address}"
+        )
+        log.info("broker %d serving at %s%s", self.broker_id, self.server.address, kafka)
+
+    async def set_broker_epoch(self, broker_epoch: int) -> None:
+        """The epoch the controller's registration answered (issue 6); fences older requests."""
+        self.broker_epoch = broker_epoch
+        await self.replica_manager.ask(SetBrokerEpoch(broker_epoch))
+
+    async def stop(self) -> None:
+        """Clean shutdown; afterwards the log dirs hold the clean-shutdown marker."""
+        self._move("stop")
+        if self.lifecycle is not None:
+            # While everything still serves: the controller's LeaderAndIsr / StopReplica for
+            # the leadership it moves away come to this broker.
+            await self.lifecycle.controlled_shutdown()
+            await self.lifecycle.stop()
+        await self._stop_metrics_server()
+        await self._stop_servers()
+        await self.fetchers.shutdown()
+        await self._stop_groups()
+        await self.replica_manager.stop()  # partition actors stop; last HW checkpoint
+        self.delayed.close()
+        await self.alter_partition.stop()
+        await self.producer_ids.stop()
+        await self._stop_log_task()
+        await self.log_manager.shutdown_async()
+        await self._close_clients()
+        log.info("broker %d stopped cleanly", self.broker_id)
+
+    async def crash(self) -> None:
+        """Stop every task as a killed process would: no flush, no checkpoint, no marker.
+
+        The caller should cut the node's network links first (as the harness does): the
+        server then has no connection to drain, so nothing here waits on the clock.
+        """
+        self._move("crash")
+        await self._abort()
+        log.info("broker %d crashed (test)", self.broker_id)
+
+    async def _abort(self) -> None:
+        if self.lifecycle is not None:
+            await self.lifecycle.stop()
+        await self._stop_metrics_server()
+        await self._stop_servers()
+        await self.fetchers.shutdown()
+        await self._stop_groups()
+        await self.replica_manager.abort()
+        self.delayed.close()
+        await self.alter_partition.stop()
+        await self.producer_ids.stop()
+        await self._stop_log_task()
+        self.log_manager.abandon()
+        await self._close_clients()
+
+    async def _stop_groups(self) -> None:
+        await self.groups.stop()
+        await self.group_coordinator.stop()
+
+    async def _stop_servers(self) -> None:
+        servers = [self.server] if self.kafka_server is None else [self.server, self.kafka_server]
+        await asyncio.gather(*(server.stop() for server in servers))
+
+    async def _stop_metrics_server(self) -> None:
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
+
+    async def _stop_log_task(self) -> None:
+        task, self._log_task = self._log_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _close_clients(self) -> None:
+        fetch_clients = list(self._fetch_clients)
+        await asyncio.gather(
+            self._control_client.close(), *(client.close() for client in fetch_clients)
+        )
+
+
+class _TopicIds:
+    """The broker's current topic ids, as the Kafka listener resolves them (Fetch v13+)."""
+
+    def __init__(self, replica_manager: ReplicaManager) -> None:
+        self._replica_manager = replica_manager
+
+    def name_of(self, topic_id: bytes) -> str | None:
+        return self._replica_manager.metadata.topic_name(topic_id)
+
+    def id_of(self, name: str) -> bytes:
+        return self._replica_manager.metadata.topic_id(name)
+
+
+class _ControlChannel:
+    """The controller as the lifecycle and the forwarder see it: one address on the node's
+    credentialed control client."""
+
+    def __init__(self, client: Client, controller: Address) -> None:
+        self._client = client
+        self._controller = controller
+
+    async def send(self, request: Request, *, timeout_ms: float | None = None) -> Response:
+        return await self._client.send(self._controller, request, timeout_ms=timeout_ms)
+
+
+class _FetchClient:
+    """A fetcher's client that leaves the node's set when its fetcher closes it, so the node
+    closes at shutdown only the clients still open (a replaced fetcher closes its own)."""
+
+    def __init__(self, client: Client, owner: set[_FetchClient]) -> None:
+        self._client = client
+        self._owner = owner
+
+    async def send(
+        self, target: Address, request: Request, *, timeout_ms: float | None = None
+    ) -> Response:
+        return await self._client.send(target, request, timeout_ms=timeout_ms)
+
+    async def close(self) -> None:
+        self._owner.discard(self)
+        await self._client.close()

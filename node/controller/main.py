@@ -1,0 +1,223 @@
+"""`ketch controller`: the controller process.
+
+    ketch controller --data-dir D --listen HOST:PORT
+                     [--config F] [--secret-file F] [--set KEY=VALUE ...]
+
+`--data-dir` is the controller's metadata directory (its durable metadata log and snapshots,
+locked while the process runs); in the layout `ketch up` creates it is `<cluster dir>/controller/`,
+next to `<cluster dir>/cluster.secret`. `--listen` is where brokers register, heartbeat and
+forward their clients' topic requests.
+
+Configuration (runtime/config.py): Kafka property names from the TOML file, then `--set` on top.
+The controller reads node.id, cluster.id, broker.session.timeout.ms, broker.heartbeat.interval.ms,
+unclean.leader.election.enable, auto.leader.rebalance.enable, leader.imbalance.*, num.partitions,
+default.replication.factor, metadata.snapshot.records (actors/controller/messages.py); the
+listener's socket.request.max.bytes, max.connections, connections.max.idle.ms,
+queued.max.requests, server.shutdown.timeout.ms; its channels' request.timeout.ms,
+socket.connection.setup.timeout.ms, retry.backoff(.max).ms, reconnect.backoff(.max).ms; and
+metrics.port. Other names are logged as warnings with the nearest known name, not refused: one
+file may configure the controller and the brokers alike (`ketch up --config`).
+
+Exit codes: 0 after SIGTERM / SIGINT and a clean stop; 1 when the node cannot start (port taken,
+metadata directory locked by another controller) or when its metadata log fails while running
+(ControllerNode.failed: the process exits so that a restart replays what is really on disk);
+2 for a usage error, a bad config or a missing cluster secret (node/process.py has the
+secret lookup and the run loop, shared with `ketch broker`).
+
+Ownership: `main` owns the event loop and the node; see node/process.py for the signals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from actors.controller.channel import ChannelConfig
+from actors.controller.messages import ControllerConfig
+from node.controller.node import ControllerNode
+from node.process import (
+    add_node_arguments,
+    node_main,
+    overrides,
+    parse_address,
+    read_secret,
+    serve,
+)
+from runtime.clock import SystemClock
+from runtime.config import ConfigError, EffectiveConfig, Value, resolve
+from runtime.metrics import METRICS_DISABLED, METRICS_PORT_KEY, metrics_port
+from runtime.net.server import ServerConfig
+from runtime.net.tcp import TcpTransport
+from runtime.net.transport import Address
+from runtime.properties import int_property
+
+log = logging.getLogger("ketch.controller")
+
+# Property name -> ControllerConfig field. cluster.id has no default (absent: not checked).
+_CONTROLLER_FIELDS: Final = {
+    "node.id": "controller_id",
+    "broker.session.timeout.ms": "broker_session_timeout_ms",
+    "broker.heartbeat.interval.ms": "broker_heartbeat_interval_ms",
+    "unclean.leader.election.enable": "unclean_leader_election_enable",
+    "auto.leader.rebalance.enable": "auto_leader_rebalance_enable",
+    "leader.imbalance.check.interval.seconds": "leader_imbalance_check_interval_seconds",
+    "leader.imbalance.per.broker.percentage": "leader_imbalance_per_broker_percentage",
+    "num.partitions": "num_partitions",
+    "default.replication.factor": "default_replication_factor",
+    "metadata.snapshot.records": "metadata_snapshot_records",
+}
+# Property name -> ChannelConfig field: the controller's clients to the brokers.
+_CHANNEL_FIELDS: Final = {
+    "request.timeout.ms": "request_timeout_ms",
+    "socket.connection.setup.timeout.ms": "socket_connection_setup_timeout_ms",
+    "retry.backoff.ms": "retry_backoff_ms",
+    "retry.backoff.max.ms": "retry_backoff_max_ms",
+    "reconnect.backoff.ms": "reconnect_backoff_ms",
+    "reconnect.backoff.max.ms": "reconnect_backoff_max_ms",
+}
+_KEYS_WITHOUT_DEFAULT: Final = frozenset({"cluster.id"})
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSettings:
+    config: ControllerConfig
+    server: ServerConfig
+    channels: ChannelConfig
+    metrics_port: int
+    listen: Address
+    metadata_dir: Path
+    effective: EffectiveConfig
+    secret: bytes
+    secret_file: Path
+    unknown: tuple[str, ...] = ()  # one message per property name the controller does not read
+
+
+def controller_config_defaults() -> dict[str, Value]:
+    """ControllerConfig's properties with their defaults (cluster.id has none)."""
+    config = ControllerConfig()
+    return {key: getattr(config, name) for key, name in _CONTROLLER_FIELDS.items()}
+
+
+def property_defaults() -> dict[str, Value]:
+    """Every property the controller process reads, with the default its component applies."""
+    defaults = controller_config_defaults()
+    channels = ChannelConfig()
+    for key, name in _CHANNEL_FIELDS.items():
+        defaults[key] = getattr(channels, name)
+    server = ServerConfig()
+    for key in ServerConfig.PROPERTIES:
+        defaults[key] = getattr(server, key.replace(".", "_"))
+    defaults[METRICS_PORT_KEY] = METRICS_DISABLED
+    return defaults
+
+
+def known_properties() -> frozenset[str]:
+    return frozenset(property_defaults()) | _KEYS_WITHOUT_DEFAULT
+
+
+def channel_config(properties: Mapping[str, object]) -> ChannelConfig:
+    """The channels' settings; a timeout or backoff below 1 ms would spin the sender."""
+    default = ChannelConfig()
+    for key in _CHANNEL_FIELDS:
+        if int_property(properties, key, 1) < 1:
+            raise ValueError(f"{key} must be >= 1: {properties[key]!r}")
+    return ChannelConfig(
+        **{
+            name: int_property(properties, key, getattr(default, name))
+            for key, name in _CHANNEL_FIELDS.items()
+        }
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ketch controller", description="Run the ketch controller."
+    )
+    parser.add_argument(
+        "--data-dir", type=Path, required=True, help="the controller's metadata directory"
+    )
+    parser.add_argument(
+        "--listen", required=True, metavar="HOST:PORT", help="where brokers reach the controller"
+    )
+    add_node_arguments(parser)
+    return parser
+
+
+def settings_from_args(args: argparse.Namespace) -> ControllerSettings:
+    """The controller's configuration and credential; raises ConfigError for anything unusable."""
+    listen = parse_address(args.listen)
+    effective = resolve(defaults=property_defaults(), file=args.config, flags=overrides(args))
+    unknown = tuple(effective.unknown(known_properties()))
+    properties = effective.explicit()
+    try:
+        config = ControllerConfig.from_properties(properties)
+        server = ServerConfig.from_properties(properties)
+        channels = channel_config(properties)
+        port = metrics_port(properties)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    secret_file, secret = read_secret(args.secret_file, args.data_dir)
+    return ControllerSettings(
+        config=config,
+        server=server,
+        channels=channels,
+        metrics_port=port,
+        listen=listen,
+        metadata_dir=args.data_dir,
+        effective=effective,
+        secret=secret,
+        secret_file=secret_file,
+        unknown=unknown,
+    )
+
+
+async def serve_controller(settings: ControllerSettings) -> int:
+    """Run the controller until a signal (exit 0) or a metadata log failure (exit 1)."""
+    node = ControllerNode(
+        settings.config,
+        settings.metadata_dir,
+        transport=TcpTransport(),
+        clock=SystemClock(),
+        cluster_secret=settings.secret,
+        listen=settings.listen,
+        server_config=settings.server,
+        channel_config=settings.channels,
+        metrics_port=settings.metrics_port,
+    )
+    changed = {
+        field.name: getattr(settings.config, field.name)
+        for field in dataclasses.fields(settings.config)
+        if getattr(settings.config, field.name) != field.default
+    }
+
+    def started() -> None:
+        log.info(
+            "controller %d: listening at %s, metadata in %s, settings %s",
+            settings.config.controller_id,
+            node.address,
+            settings.metadata_dir,
+            changed or "all default",
+        )
+
+    name = f"controller {settings.config.controller_id}"
+    return await serve(node, name=name, failed=node.failed, started=started)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return node_main(
+        argv,
+        command="controller",
+        parser=build_parser(),
+        settings_from_args=settings_from_args,
+        serve_node=serve_controller,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,497 @@
+"""The controller actor (seed 004) on a ManualClock: registration and liveness, elections from
+the ISR (unclean only when enabled), AlterPartition validation, controlled shutdown, topic
+creation and deletion (resumed when a broker returns), restart from the metadata log."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from actors.controller.messages import (
+    ControlledShutdown,
+    ControllerConfig,
+    DescribeCluster,
+    RebalanceTick,
+)
+from actors.controller.states import PartitionState, ReplicaKey, ReplicaState
+from tests.unit.actors.controller.harness import (
+    HEARTBEAT_MS,
+    SESSION_MS,
+    ControllerHarness,
+    of_type,
+)
+from wire.errors import ErrorCode
+from wire.messages import (
+    LEADER_AND_ISR_FULL,
+    LEADER_AND_ISR_INCREMENTAL,
+    ControlledShutdownRequest,
+    LeaderAndIsrRequest,
+    StopReplicaRequest,
+    UpdateMetadataRequest,
+)
+from wire.topic import TopicPartition
+
+BROKERS = (0, 1, 2)
+
+
+@pytest.fixture
+async def harness(tmp_path: Path) -> AsyncIterator[ControllerHarness]:
+    h = ControllerHarness(tmp_path / "controller")
+    await h.start()
+    yield h
+    await h.stop()
+
+
+async def cluster(h: ControllerHarness, brokers: tuple[int, ...] = BROKERS) -> None:
+    for broker_id in brokers:
+        assert await h.register(broker_id) is ErrorCode.NONE
+    h.channels.take()
+
+
+async def kill(h: ControllerHarness, dead: int, alive: tuple[int, ...]) -> None:
+    """`dead` stops heartbeating; the others go on until the session has expired."""
+    await h.pass_time(SESSION_MS + 2 * HEARTBEAT_MS, alive=alive)
+
+
+# -- registration and liveness ---------------------------------------------------------------------
+
+
+async def test_registration_gives_growing_epochs_and_a_retry_the_same(
+    harness: ControllerHarness,
+) -> None:
+    assert await harness.register(0) is ErrorCode.NONE
+    assert await harness.register(1) is ErrorCode.NONE
+    assert harness.epochs[1] > harness.epochs[0]
+    first = harness.epochs[0]
+    assert await harness.register(0, new_process=False) is ErrorCode.NONE
+    assert harness.epochs[0] == first
+    assert set(harness.channels.channels) == {0, 1}
+    assert harness.channels.channels[1].port == 9_001
+
+
+async def test_a_new_process_of_a_live_broker_waits_for_the_old_session(
+    harness: ControllerHarness,
+) -> None:
+    await cluster(harness)
+    old_epoch = harness.epochs[0]
+    assert await harness.register(0) is ErrorCode.DUPLICATE_BROKER_REGISTRATION
+    await kill(harness, 0, alive=(1, 2))
+    assert await harness.register(0) is ErrorCode.NONE
+    assert harness.epochs[0] > old_epoch
+    # The old incarnation's heartbeats are refused: it must register again.
+    new_epoch = harness.epochs[0]
+    harness.epochs[0] = old_epoch
+    stale = await harness.heartbeat(0)
+    harness.epochs[0] = new_epoch
+    assert stale.error is ErrorCode.STALE_BROKER_EPOCH
+
+
+async def test_a_new_broker_gets_its_full_state_and_everyone_the_metadata(
+    harness: ControllerHarness,
+) -> None:
+    await cluster(harness, (0, 1))
+    await harness.create_topic("t", 2, 2)
+    harness.channels.take()
+    assert await harness.register(2) is ErrorCode.NONE
+    sent = harness.channels.take()
+    full = of_type(sent, LeaderAndIsrRequest, 2)
+    assert [r.type for r in full] == [LEADER_AND_ISR_FULL]
+    assert full[0].partition_states == []  # broker 2 hosts nothing yet
+    assert full[0].broker_epoch == harness.epochs[2]
+    for broker_id in (0, 1, 2):
+        (metadata,) = of_type(sent, UpdateMetadataRequest, broker_id)
+        assert [b.id for b in metadata.live_brokers] == [0, 1, 2]
+        assert len(metadata.partition_states) == 2
+
+
+async def test_missed_heartbeats_fence_the_broker_and_move_leadership(
+    harness: ControllerHarness,
+) -> None:
+    await cluster(harness)
+    await harness.create_topic("t", 1, 3, assignments=[[0, 1, 2]])
+    before = harness.partition("t")
+    assert (before.leader, before.isr) == (0, (0, 1, 2))
+    harness.channels.take()
+    await kill(harness, 0, alive=(1, 2))
+    after = harness.partition("t")
+    # The first live ISR replica in assignment order; the dead one leaves the ISR.
+    assert (after.leader, after.isr) == (1, (1, 2))
+    assert after.leader_epoch == before.leader_epoch + 1
+    assert after.partition_epoch > before.partition_epoch
+    sent = harness.channels.take()
+    assert harness.channels.removed == [0]
+    for broker_id in (1, 2):
+        (request,) = of_type(sent, LeaderAndIsrRequest, broker_id)
+        assert request.partition_states[0].leader == 1
+    assert not of_type(sent, LeaderAndIsrRequest, 0)
+    status = await harness.controller.ask(DescribeCluster())
+    assert [(b.broker_id, b.state) for b in status.brokers] == [
+        (0, "fenced"),
+        (1, "running"),
+        (2, "running"),
+    ]
+    tp = TopicPartition("t", 0)
+    assert harness.controller.partition_states.state(tp) is PartitionState.ONLINE
+    # The old leader returns: it gets its state as a follower; the leader stays (no election).
+    assert await harness.register(0) is ErrorCode.NONE
+    assert harness.partition("t") == after
+    (full,) = of_type(harness.channels.take(), LeaderAndIsrRequest, 0)
+    assert [(s.leader, s.leader_epoch) for s in full.partition_states] == [(1, after.leader_epoch)]
+
+
+async def test_no_election_outside_the_isr_and_the_last_member_stays(
+    harness: ControllerHarness,
+) -> None:
+    await cluster(harness)
+    await harness.create_topic("t", 1, 3, assignments=[[0, 1, 2]])
+    # The leader shrank the ISR to itself (followers lagging).
+    response = await harness.alter_isr("t", [0])
+    assert response.topics[0].partitions[0].error_code == ErrorCode.NONE
+    await kill(harness, 0, alive=(1, 2))
+    p = harness.partition("t")
+    assert (p.leader, p.isr) == (-1, (0,))  # offline, waiting for broker 0
+    tp = TopicPartition("t", 0)
+    assert harness.controller.partition_states.state(tp) is PartitionState.OFFLINE
+    assert (await harness.controller.ask(DescribeCluster())).offline_partitions == 1
+    # Broker 0 returns: it is the ISR, so it leads again; nothing acknowledged was lost.
+    assert await harness.register(0) is ErrorCode.NONE
+    p = harness.partition("t")
+    assert (p.leader, p.isr) == (0, (0,))
+    assert harness.controller.partition_states.state(tp) is PartitionState.ONLINE
+    assert harness.controller.unclean_elections == 0
+
+
+async def test_unclean_election_only_when_enabled_and_counted(tmp_path: Path) -> None:
+    harness = ControllerHarness(
+        tmp_path / "controller",
+        ControllerConfig(
+            broker_session_timeout_ms=SESSION_MS,
+            broker_heartbeat_interval_ms=HEARTBEAT_MS,
+            auto_leader_rebalance_enable=False,
+        ),
+    )
+    await harness.start()
+    try:
+        await cluster(harness)
+        await harness.create_topic(
+            "unclean",
+            1,
+            3,
+            assignments=[[0, 1, 2]],
+            configs={"unclean.leader.election.enable": "true"},
+        )
+        await harness.create_topic("clean", 1, 3, assignments=[[0, 1, 2]])
+        await harness.alter_isr("unclean", [0])
+        await harness.alter_isr("clean", [0])
+        await kill(harness, 0, alive=(1, 2))
+        assert (harness.partition("unclean").leader, harness.partition("unclean").isr) == (
+            1,
+            (1,),
+        )
+        assert harness.partition("clean").leader == -1
+        assert harness.controller.unclean_elections == 1
+    finally:
+        await harness.stop()
+
+
+# -- AlterPartition --------------------------------------------------------------------------------
+
+
+async def test_alter_partition_validates_and_bumps_only_the_partition_epoch(
+    harness: ControllerHarness,
+) -> None:
+    await cluster(harness)
+    await harness.create_topic("t", 1, 3, assignments=[[0, 1, 2]])
+    p = harness.partition("t")
+    harness.channels.take()
+
+    def code(response: object) -> ErrorCode:
+        result = response.topics[0].partitions[0]  # type: ignore[attr-defined]
+        return ErrorCode(result.error_code)
+
+    assert code(await harness.alter_isr("t", [0, 1], sender=1)) is ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert code(await harness.alter_isr("t", [0, 1], leader_epoch=p.leader_epoch + 1)) is (
+        ErrorCode.FENCED_LEADER_EPOCH
+    )
+    assert code(await harness.alter_isr("t", [0, 1], partition_epoch=p.partition_epoch - 1)) is (
+        ErrorCode.INVALID_UPDATE_VERSION
+    )
+    assert code(await harness.alter_isr("t", [1, 2])) is ErrorCode.INVALID_REQUEST  # no leader
+    stale = await harness.alter_isr("t", [0, 1], broker_epoch=harness.epochs[0] - 1)
+    assert stale.error is ErrorCode.STALE_BROKER_EPOCH
+    assert harness.partition("t") == p  # nothing changed
+    assert not harness.channels.take()
+
+    accepted = await harness.alter_isr("t", [0, 1])
+    result = accepted.topics[0].partitions[0]
+    assert (result.error_code, result.isr) == (0, [0, 1])
+    q = harness.partition("t")
+    assert (q.isr, q.leader_epoch, q.partition_epoch) == (
+        (0, 1),
+        p.leader_epoch,
+        p.partition_epoch + 1,
+    )
+    assert result.partition_epoch == q.partition_epoch
+    # Only UpdateMetadata goes out: the leader learned the result from the answer.
+    sent = harness.channels.take()
+    assert not of_type(sent, LeaderAndIsrRequest)
+    assert {s.broker_id for s in sent} == {0, 1, 2}
+
+
+async def test_a_fenced_or_shutting_down_broker_may_not_join_the_isr(
+    harness: ControllerHarness,
+) -> None:
+    await cluster(harness)
+    await harness.create_topic("t", 1, 3, assignments=[[0, 1, 2]])
+    await harness.alter_isr("t", [0, 1])
+    await kill(harness, 2, alive=(0, 1))
+    rejoin = await harness.alter_isr("t", [0, 1, 2])
+    assert rejoin.topics[0].partitions[0].error_code == ErrorCode.INELIGIBLE_REPLICA
+
+
+# -- controlled shutdown ---------------------------------------------------------------------------
+
+
+async def test_controlled_shutdown_moves_leadership_first(harness: ControllerHarness) -> None:
+    await cluster(harness)
+    await harness.create_topic("led", 1, 3, assignments=[[0, 1, 2]])
+    await harness.create_topic("followed", 1, 3, assignments=[[1, 0, 2]])
+    await harness.create_topic("single", 1, 1, assignments=[[0]])
+    harness.channels.take()
+    response = await harness.controller.ask(
+        ControlledShutdown(ControlledShutdownRequest(broker_id=0, broker_epoch=harness.epochs[0]))
+    )
+    assert response.error is ErrorCode.NONE
+    assert response.remaining_partitions == []  # RF=1 partitions do not count
+    led = harness.partition("led")
+    assert (led.leader, led.isr) == (1, (1, 2))
+    followed = harness.partition("followed")
+    assert (followed.leader, followed.isr) == (1, (1, 2))
+    assert harness.partition("single").leader == 0
+    sent = harness.channels.take()
+    (stop,) = of_type(sent, StopReplicaRequest, 0)
+    assert [(s.topic_name, s.delete_partition) for s in stop.partition_states] == [
+        ("followed", False)
+    ]
+    assert (
+        harness.controller.replica_states.state(ReplicaKey(TopicPartition("followed", 0), 0))
+        is ReplicaState.OFFLINE
+    )
+    # A shutting-down broker is not elected anywhere, and it cannot rejoin an ISR.
+    rejoin = await harness.alter_isr("led", [1, 2, 0])
+    assert rejoin.topics[0].partitions[0].error_code == ErrorCode.INELIGIBLE_REPLICA
+    # Its last heartbeat asks to shut down: fenced at once, no session timeout to wait for.
+    answer = await harness.heartbeat(0, want_shut_down=True)
+    assert answer.should_shut_down
+    status = await harness.controller.ask(DescribeCluster())
+    assert status.brokers[0].state == "fenced"
+    # It comes back as a new process right away.
+    assert await harness.register(0) is ErrorCode.NONE
+
+
+async def test_controlled_shutdown_with_no_other_isr_member_reports_the_partition(
+    harness: ControllerHarness,
+) -> None:
+    await cluster(harness)
+    await harness.create_topic("t", 1, 2, assignments=[[0, 1]])
+    await harness.alter_isr("t", [0])
+    response = await harness.controller.ask(
+        ControlledShutdown(ControlledShutdownRequest(broker_id=0, broker_epoch=harness.epochs[0]))
+    )
+    assert [(r.topic_name, r.partition_index) for r in response.remaining_partitions] == [("t", 0)]
+    stale = await harness.controller.ask(
+        ControlledShutdown(ControlledShutdownRequest(broker_id=1, broker_epoch=-5))
+    )
+    assert stale.error is ErrorCode.STALE_BROKER_EPOCH
+    # Once broker 1 is gone too, nothing could take the partition over: not reported, so the
+    # last broker of a cluster does not retry in vain.
+    await kill(harness, 1, alive=(0, 2))
+    last = await harness.controller.ask(
+        ControlledShutdown(ControlledShutdownRequest(broker_id=0, broker_epoch=harness.epochs[0]))
+    )
+    assert last.remaining_partitions == []
+
+
+# -- topics ----------------------------------------------------------------------------------------
+
+
+async def test_create_topic_assigns_elects_and_tells_the_replicas(
+    harness: ControllerHarness,
+) -> None:
+    await cluster(harness)
+    response = await harness.create_topic(
+        "orders", 3, 2, configs={"min.insync.replicas": "2", "cleanup.policy": "compact"}
+    )
+    (result,) = response.topics
+    assert (result.error_code, result.num_partitions, result.replication_factor) == (0, 3, 2)
+    assert result.topic_id != bytes(16)
+    partitions = [harness.partition("orders", i) for i in range(3)]
+    # Leaders spread over the brokers; each leads from the first replica with the full ISR.
+    assert sorted(p.leader for p in partitions) == [0, 1, 2]
+    for p in partitions:
+        assert p.leader == p.replicas[0]
+        assert p.isr == p.replicas
+        assert (p.leader_epoch, p.partition_epoch) == (0, 0)
+    sent = harness.channels.take()
+    for broker_id in BROKERS:
+        (request,) = of_type(sent, LeaderAndIsrRequest, broker_id)
+        assert request.type == LEADER_AND_ISR_INCREMENTAL
+        assert all(s.is_new for s in request.partition_states)
+        assert len(request.partition_states) == 2  # 3 partitions x RF 2 over 3 brokers
+        (configs,) = request.topic_configs
+        assert {c.name: c.value for c in configs.configs} == {
+            "min.insync.replicas": "2",
+            "cleanup.policy": "compact",
+        }
+        assert of_type(sent, UpdateMetadataRequest, broker_id)
+    tp = TopicPartition("orders", 0)
+    assert harness.controller.partition_states.state(tp) is PartitionState.ONLINE
+
+
+@pytest.mark.parametrize(
+    ("name", "partitions", "rf", "configs", "error"),
+    [
+        ("bad/name", 1, 1, {}, ErrorCode.INVALID_TOPIC_EXCEPTION),
+        ("t", 1, 4, {}, ErrorCode.INVALID_REPLICATION_FACTOR),
+        ("t", 0, 1, {}, ErrorCode.INVALID_PARTITIONS),
+        ("t", 1, 1, {"no.such.config": "1"}, ErrorCode.INVALID_CONFIG),
+        ("t", 1, 1, {"min.insync.replicas": "0"}, ErrorCode.INVALID_CONFIG),
+        ("t", 1, 1, {"cleanup.policy": "shred"}, ErrorCode.INVALID_CONFIG),
+    ],
+)
+async def test_create_topic_refusals_change_nothing(
+    harness: ControllerHarness,
+    name: str,
+    partitions: int,
+    rf: int,
+    configs: dict[str, str],
+    error: ErrorCode,
+) -> None:
+    await cluster(harness)
+    response = await harness.create_topic(name, partitions, rf, configs=configs)
+    assert response.topics[0].error_code == error, response
+    assert response.topics[0].error_message
+    assert harness.controller.model.topics() == []
+    assert not harness.channels.take()
+
+
+async def test_create_existing_colliding_and_validate_only(harness: ControllerHarness) -> None:
+    await cluster(harness)
+    assert (await harness.create_topic("a.b", 1, 1)).topics[0].error_code == 0
+    again = await harness.create_topic("a.b", 1, 1)
+    assert again.topics[0].error_code == ErrorCode.TOPIC_ALREADY_EXISTS
+    collide = await harness.create_topic("a_b", 1, 1)
+    assert collide.topics[0].error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    dry = await harness.create_topic("dry", 2, 3, validate_only=True)
+    assert (dry.topics[0].error_code, dry.topics[0].num_partitions) == (0, 2)
+    assert [t.name for t in harness.controller.model.topics()] == ["a.b"]
+
+
+async def test_delete_topic_waits_for_a_dead_replica_and_resumes_when_it_returns(
+    harness: ControllerHarness,
+) -> None:
+    await cluster(harness)
+    await harness.create_topic("gone", 1, 3, assignments=[[0, 1, 2]])
+    await kill(harness, 2, alive=(0, 1))
+    harness.channels.take()
+    response = await harness.delete_topics("gone", "never-was")
+    assert [r.error_code for r in response.responses] == [0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+    sent = harness.channels.take()
+    # Brokers stop serving it at once (leader -2), then delete their replicas.
+    for broker_id in (0, 1):
+        (metadata,) = of_type(sent, UpdateMetadataRequest, broker_id)
+        assert [s.leader for s in metadata.partition_states] == [-2]
+        (stop,) = of_type(sent, StopReplicaRequest, broker_id)
+        assert stop.partition_states[0].delete_partition
+    assert harness.answer_stop_replicas(sent) == 2
+    await harness.settle()
+    tp = TopicPartition("gone", 0)
+    states = harness.controller.replica_states
+    assert states.state(ReplicaKey(tp, 0)) is ReplicaState.REPLICA_DELETION_SUCCESSFUL
+    assert states.state(ReplicaKey(tp, 2)) is ReplicaState.REPLICA_DELETION_INELIGIBLE
+    assert harness.controller.model.topic_by_name("gone") is not None  # still waiting
+    # Broker 2 returns: its replica is deleted too, and the topic is gone.
+    assert await harness.register(2) is ErrorCode.NONE
+    sent = harness.channels.take()
+    (stop,) = of_type(sent, StopReplicaRequest, 2)
+    (full,) = of_type(sent, LeaderAndIsrRequest, 2)
+    assert full.partition_states == []  # the deleting topic is not hosted any more
+    assert harness.answer_stop_replicas(sent) == 1
+    await harness.settle()
+    assert harness.controller.model.topic_by_name("gone") is None
+    assert tp not in harness.controller.partition_states
+    assert await harness.create_topic("gone", 1, 1) is not None
+
+
+async def test_a_stale_answer_to_a_resent_stop_replica_counts_as_deleted(
+    harness: ControllerHarness,
+) -> None:
+    await cluster(harness, (0,))
+    await harness.create_topic("a", 1, 1)
+    await harness.create_topic("b", 1, 1)
+    harness.channels.take()
+    await harness.delete_topics("a")
+    # First copy: a stale-epoch answer means the broker refused it; the replica is not deleted.
+    assert harness.answer_stop_replicas(
+        harness.channels.take(), error=ErrorCode.STALE_CONTROLLER_EPOCH
+    )
+    await harness.settle()
+    assert harness.controller.model.topic_by_name("a") is not None
+    await harness.delete_topics("b")
+    # A resent copy answered stale: its earlier copy was applied.
+    assert harness.answer_stop_replicas(
+        harness.channels.take(), error=ErrorCode.STALE_CONTROLLER_EPOCH, attempts=2
+    )
+    await harness.settle()
+    assert harness.controller.model.topic_by_name("b") is None
+
+
+# -- preferred leaders -----------------------------------------------------------------------------
+
+
+async def test_preferred_leaders_come_back_when_imbalanced(harness: ControllerHarness) -> None:
+    await cluster(harness)
+    await harness.create_topic("t", 1, 3, assignments=[[0, 1, 2]])
+    await kill(harness, 0, alive=(1, 2))
+    assert harness.partition("t").leader == 1
+    assert await harness.register(0) is ErrorCode.NONE
+    await harness.alter_isr("t", [1, 2, 0])
+    await harness.controller.tell(RebalanceTick())
+    await harness.settle()
+    p = harness.partition("t")
+    assert (p.leader, p.isr) == (0, (1, 2, 0))
+
+
+# -- restart ---------------------------------------------------------------------------------------
+
+
+async def test_a_restarted_controller_resumes_with_a_higher_epoch(tmp_path: Path) -> None:
+    first = ControllerHarness(tmp_path / "controller")
+    await first.start()
+    await cluster(first)
+    await first.create_topic("t", 2, 3)
+    await first.alter_isr("t", [first.partition("t").leader, first.partition("t").replicas[1]])
+    old_epoch = first.controller.model.controller_epoch
+    old_model = first.controller.model
+    await first.stop()
+
+    second = ControllerHarness(tmp_path / "controller")
+    await second.start()
+    try:
+        assert second.controller.model.controller_epoch == old_epoch + 1
+        assert second.controller.model.all_partitions() == old_model.all_partitions()
+        sent = second.channels.take()
+        for broker_id in BROKERS:
+            (full,) = of_type(sent, LeaderAndIsrRequest, broker_id)
+            assert full.type == LEADER_AND_ISR_FULL
+            assert full.controller_epoch == old_epoch + 1
+            assert len(full.partition_states) == 2
+        # The brokers it found live get a grace session, then are fenced without heartbeats.
+        await second.pass_time(SESSION_MS + 2 * HEARTBEAT_MS, alive=())
+        status = await second.controller.ask(DescribeCluster())
+        assert {b.state for b in status.brokers} == {"fenced"}
+        assert {p.leader for p in second.controller.model.all_partitions()} == {-1}
+    finally:
+        await second.stop()

@@ -1,0 +1,436 @@
+"""ReplicaManager control plane on one broker: LeaderAndIsr outcomes (seed 002 with DESIGN.md's
+fixes), followers' fetchers waiting for the leader's endpoint, StopReplica, UpdateMetadata, and
+the periodic ISR-expiration and HW-checkpoint tasks on a ManualClock."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from actors.replication.fetcher import BrokerEndpoint, FetcherControl, InitialFetchState
+from actors.replication.fetcher_manager import ReplicaFetcherManager
+from actors.replication.replica_manager import ReplicaManagerConfig, SetBrokerEpoch
+from actors.views import Role
+from tests.unit.actors.replication.replica_manager_harness import (
+    BROKER_ID,
+    HW_CHECKPOINT_MS,
+    LAG_MS,
+    TP,
+    Broker,
+    advance,
+    batch,
+    close_broker,
+    fetch_request,
+    only_fetch_answer,
+    only_produce_answer,
+    open_broker,
+    partition_state,
+    produce_request,
+    settle,
+    update_metadata,
+)
+from wire.errors import ErrorCode
+from wire.messages import (
+    LEADER_AND_ISR_FULL,
+    TopicConfigEntry,
+    TopicConfigs,
+    UpdateMetadataPartitionState,
+)
+from wire.topic import TopicPartition
+
+REPLICAS = (0, 1, 2)
+
+
+@pytest.fixture
+async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
+    opened = await open_broker(tmp_path)
+    yield opened
+    await close_broker(opened)
+
+
+def errors_of(response: object) -> list[ErrorCode]:
+    partition_errors = getattr(response, "partition_errors")  # noqa: B009
+    return [ErrorCode(entry.error_code) for entry in partition_errors]
+
+
+# -- LeaderAndIsr ------------------------------------------------------------------------------
+
+
+async def test_leader_and_isr_makes_a_leader_that_serves_produce_and_fetch(broker: Broker) -> None:
+    response = await broker.leader_and_isr(partition_state(BROKER_ID, 1, [BROKER_ID]))
+    assert response.error_code == 0
+    assert errors_of(response) == [ErrorCode.NONE]
+    actor = broker.manager.partition(TP)
+    assert actor is not None
+    assert actor.view.role is Role.LEADER
+    assert actor.view.leader_epoch == 1
+    # makeLeaders takes the partition away from the fetchers before leading.
+    assert broker.fetchers.calls[0] == ("remove", {TP})
+    assert broker.leadership_changes == [([TP], [])]
+    assert broker.fetchers.idle_shutdowns == 1
+    # The topic id reached partition.metadata (Kafka's base64 form).
+    assert broker.log_manager.topic_id_of(TP) == "AAECAwQFBgcICQoLDA0ODw"
+
+    answer = only_produce_answer(await broker.path.produce(produce_request(batch(3), acks=1)))
+    assert (answer.error_code, answer.base_offset) == (0, 0)
+    fetched = only_fetch_answer(await broker.path.fetch(fetch_request(0)))
+    assert fetched.error_code == 0
+    assert fetched.high_watermark == 3  # RF=1: the leader alone is the ISR
+    assert fetched.records
+
+
+async def test_stale_controller_epoch_refuses_the_whole_request(broker: Broker) -> None:
+    await broker.leader_and_isr(partition_state(BROKER_ID, 1, [BROKER_ID]), controller_epoch=2)
+    stale = await broker.leader_and_isr(
+        partition_state(BROKER_ID, 5, [BROKER_ID], controller_epoch=1), controller_epoch=1
+    )
+    assert stale.error_code == ErrorCode.STALE_CONTROLLER_EPOCH
+    assert errors_of(stale) == [ErrorCode.STALE_CONTROLLER_EPOCH]
+    actor = broker.manager.partition(TP)
+    assert actor is not None
+    assert actor.view.leader_epoch == 1  # nothing changed
+    assert broker.manager.controller_epoch == 2
+
+
+async def test_stale_broker_epoch_refuses_the_whole_request(broker: Broker) -> None:
+    await broker.manager.ask(SetBrokerEpoch(7))
+    stale = await broker.leader_and_isr(partition_state(BROKER_ID, 1, [BROKER_ID]), broker_epoch=6)
+    assert stale.error_code == ErrorCode.STALE_BROKER_EPOCH
+    assert errors_of(stale) == [ErrorCode.STALE_BROKER_EPOCH]
+    assert broker.manager.partition(TP) is None
+    current = await broker.leader_and_isr(
+        partition_state(BROKER_ID, 1, [BROKER_ID]), broker_epoch=7
+    )
+    assert errors_of(current) == [ErrorCode.NONE]
+
+
+async def test_older_leader_epoch_is_stale_and_a_repeat_changes_nothing(broker: Broker) -> None:
+    first = partition_state(BROKER_ID, 5, [BROKER_ID], partition_epoch=3)
+    await broker.leader_and_isr(first)
+    calls = list(broker.fetchers.calls)
+    older = await broker.leader_and_isr(partition_state(BROKER_ID, 4, [BROKER_ID]))
+    assert errors_of(older) == [ErrorCode.STALE_CONTROLLER_EPOCH]
+    repeat = await broker.leader_and_isr(first)
+    assert errors_of(repeat) == [ErrorCode.NONE]
+    # Neither touched the fetchers nor ran the leadership hook again.
+    assert broker.fetchers.calls == calls
+    assert broker.leadership_changes == [([TP], [])]
+    actor = broker.manager.partition(TP)
+    assert actor is not None
+    assert (actor.view.leader_epoch, actor.view.partition_epoch) == (5, 3)
+
+
+async def test_a_broker_not_in_the_replicas_gets_unknown_partition(broker: Broker) -> None:
+    response = await broker.leader_and_isr(partition_state(1, 1, [1, 2], replicas=(1, 2)))
+    assert errors_of(response) == [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+    assert broker.manager.partition(TP) is None
+    assert broker.log_manager.get_log(TP) is None
+
+
+# -- followers ---------------------------------------------------------------------------------
+
+
+async def test_follower_fetcher_waits_for_the_leader_endpoint(broker: Broker) -> None:
+    # Some data first, as leader, so the follower's LEO is not 0.
+    await broker.leader_and_isr(partition_state(BROKER_ID, 1, [BROKER_ID], replicas=REPLICAS))
+    await broker.path.produce(produce_request(batch(2), acks=1))
+    response = await broker.leader_and_isr(partition_state(1, 2, [0, 1], replicas=REPLICAS))
+    assert errors_of(response) == [ErrorCode.NONE]
+    actor = broker.manager.partition(TP)
+    assert actor is not None
+    # The role and epoch changed at once, although no fetcher could start.
+    assert actor.view.role is Role.FOLLOWER
+    assert actor.view.leader_epoch == 2
+    assert TP not in broker.fetchers.fetching
+    assert broker.manager.pending_fetchers == {TP}
+    assert broker.leadership_changes[-1] == ([], [TP])
+    # A deposed leader no longer takes writes.
+    answer = only_produce_answer(await broker.path.produce(produce_request(batch(), acks=1)))
+    assert answer.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+    # Metadata without broker 1 changes nothing; with it the fetcher starts from the LEO.
+    await broker.update_metadata(update_metadata([0, 2]))
+    assert TP not in broker.fetchers.fetching
+    await broker.update_metadata(update_metadata([0, 1, 2]))
+    assert broker.fetchers.fetching[TP] == (
+        BrokerEndpoint(1, "b1", 9093),
+        InitialFetchState(fetch_offset=2, leader_epoch=2),
+    )
+    assert broker.manager.pending_fetchers == frozenset()
+
+
+async def test_follower_with_a_known_leader_fetches_at_once(broker: Broker) -> None:
+    await broker.update_metadata(update_metadata(REPLICAS))
+    await broker.leader_and_isr(partition_state(2, 4, [2, 0], replicas=REPLICAS))
+    assert broker.fetchers.fetching[TP] == (
+        BrokerEndpoint(2, "b2", 9094),
+        InitialFetchState(fetch_offset=0, leader_epoch=4),
+    )
+    # A new leader epoch under another leader moves the fetch; the old state is removed first.
+    await broker.leader_and_isr(partition_state(1, 5, [1, 0], replicas=REPLICAS))
+    assert broker.fetchers.calls[-2] == ("remove", {TP})
+    assert broker.fetchers.fetching[TP] == (
+        BrokerEndpoint(1, "b1", 9093),
+        InitialFetchState(fetch_offset=0, leader_epoch=5),
+    )
+    # Becoming leader takes it off the fetchers.
+    await broker.leader_and_isr(partition_state(BROKER_ID, 6, [0, 1], replicas=REPLICAS))
+    assert TP not in broker.fetchers.fetching
+
+
+async def test_becoming_follower_answers_a_waiting_acks_all_produce(broker: Broker) -> None:
+    await broker.update_metadata(update_metadata(REPLICAS))
+    await broker.leader_and_isr(partition_state(BROKER_ID, 1, REPLICAS, replicas=REPLICAS))
+    produce = asyncio.create_task(broker.path.produce(produce_request(batch(), acks=-1)))
+    await settle(lambda: broker.delayed.delayed[0] == 1)
+    await broker.leader_and_isr(partition_state(1, 2, [0, 1], replicas=REPLICAS))
+    await settle(produce.done)
+    assert only_produce_answer(produce.result()).error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+# -- StopReplica and UpdateMetadata ------------------------------------------------------------
+
+
+async def test_stop_replica_with_delete_removes_the_log(broker: Broker) -> None:
+    await broker.update_metadata(update_metadata(REPLICAS))
+    await broker.leader_and_isr(partition_state(1, 1, [1, 0], replicas=REPLICAS))
+    assert TP in broker.fetchers.fetching
+    partition_dir = broker.log_dir / TP.dir_name
+    assert partition_dir.is_dir()
+    response = await broker.stop_replica(delete=True)
+    assert errors_of(response) == [ErrorCode.NONE]
+    assert broker.manager.partition(TP) is None
+    assert TP not in broker.manager.routes
+    assert TP not in broker.fetchers.fetching
+    assert broker.log_manager.get_log(TP) is None
+    assert not partition_dir.exists()
+    fetched = only_fetch_answer(await broker.path.fetch(fetch_request(0)))
+    assert fetched.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+async def test_stop_replica_without_delete_keeps_the_log(broker: Broker) -> None:
+    await broker.leader_and_isr(partition_state(BROKER_ID, 1, [BROKER_ID]))
+    await broker.path.produce(produce_request(batch(2), acks=1))
+    response = await broker.stop_replica(delete=False)
+    assert errors_of(response) == [ErrorCode.NONE]
+    assert broker.manager.partition(TP) is None
+    kept = broker.log_manager.get_log(TP)
+    assert kept is not None
+    assert kept.log_end_offset == 2
+    # Hosting it again picks the same log up.
+    await broker.leader_and_isr(partition_state(BROKER_ID, 2, [BROKER_ID]))
+    actor = broker.manager.partition(TP)
+    assert actor is not None
+    assert actor.view.log_end_offset.message_offset == 2
+
+
+async def test_full_leader_and_isr_stops_unlisted_partitions_and_keeps_their_logs(
+    broker: Broker,
+) -> None:
+    other = TopicPartition(TP.topic, TP.partition + 1)
+    await broker.leader_and_isr(
+        partition_state(BROKER_ID, 1, [BROKER_ID]),
+        partition_state(BROKER_ID, 1, [BROKER_ID], tp=other),
+    )
+    await broker.path.produce(produce_request(batch(2), acks=1))
+    # An incremental request naming only `other` leaves TP alone ...
+    await broker.leader_and_isr(partition_state(BROKER_ID, 2, [BROKER_ID], tp=other))
+    assert broker.manager.partition(TP) is not None
+    # ... a FULL one naming only `other` makes TP a stray: no longer served, log kept.
+    response = await broker.leader_and_isr(
+        partition_state(BROKER_ID, 3, [BROKER_ID], tp=other), request_type=LEADER_AND_ISR_FULL
+    )
+    assert errors_of(response) == [ErrorCode.NONE]
+    assert broker.manager.partition(TP) is None
+    assert TP not in broker.manager.routes
+    assert broker.manager.partition(other) is not None
+    kept = broker.log_manager.get_log(TP)
+    assert kept is not None
+    assert kept.log_end_offset == 2
+    fetched = only_fetch_answer(await broker.path.fetch(fetch_request(0)))
+    assert fetched.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+async def test_a_fenced_full_leader_and_isr_stops_nothing(broker: Broker) -> None:
+    await broker.leader_and_isr(partition_state(BROKER_ID, 1, [BROKER_ID]), controller_epoch=2)
+    response = await broker.leader_and_isr(controller_epoch=1, request_type=LEADER_AND_ISR_FULL)
+    assert response.error_code == ErrorCode.STALE_CONTROLLER_EPOCH
+    assert broker.manager.partition(TP) is not None
+
+
+def topic_configs(**configs: str) -> TopicConfigs:
+    return TopicConfigs(
+        topic_name=TP.topic,
+        configs=[
+            TopicConfigEntry(name=name.replace("_", "."), value=value)
+            for name, value in configs.items()
+        ],
+    )
+
+
+async def test_topic_configs_reach_new_logs_and_the_produce_path(broker: Broker) -> None:
+    assert broker.manager.min_insync_replicas(TP.topic) == 1  # the broker's default
+    await broker.leader_and_isr(
+        partition_state(BROKER_ID, 1, [BROKER_ID]),
+        topic_configs=[topic_configs(segment_bytes="20000", min_insync_replicas="2")],
+    )
+    created = broker.log_manager.get_log(TP)
+    assert created is not None
+    assert created.config.segment_bytes == 20_000
+    assert broker.manager.min_insync_replicas(TP.topic) == 2
+    assert broker.manager.min_insync_replicas("other-topic") == 1
+    # An UpdateMetadata replaces the whole set: min.insync.replicas falls back to the broker's.
+    request = update_metadata((BROKER_ID,))
+    await broker.update_metadata(
+        dataclasses.replace(
+            request,
+            controller_epoch=1,
+            topic_configs=[topic_configs(segment_bytes="30000")],
+        )
+    )
+    assert created.config.segment_bytes == 30_000
+    assert broker.manager.min_insync_replicas(TP.topic) == 1
+
+
+async def test_invalid_topic_configs_keep_the_old_settings(broker: Broker) -> None:
+    await broker.leader_and_isr(
+        partition_state(BROKER_ID, 1, [BROKER_ID]),
+        topic_configs=[topic_configs(min_insync_replicas="2")],
+    )
+    await broker.leader_and_isr(
+        partition_state(BROKER_ID, 2, [BROKER_ID]),
+        topic_configs=[topic_configs(min_insync_replicas="0", segment_bytes="oops")],
+    )
+    assert broker.manager.min_insync_replicas(TP.topic) == 2
+
+
+async def test_stop_replica_with_an_older_leader_epoch_is_fenced(broker: Broker) -> None:
+    await broker.leader_and_isr(partition_state(BROKER_ID, 3, [BROKER_ID]))
+    response = await broker.stop_replica(delete=True, leader_epoch=2)
+    assert errors_of(response) == [ErrorCode.FENCED_LEADER_EPOCH]
+    assert broker.manager.partition(TP) is not None
+    assert broker.log_manager.get_log(TP) is not None
+
+
+async def test_update_metadata_from_an_older_controller_is_refused(broker: Broker) -> None:
+    assert (
+        await broker.update_metadata(update_metadata([0, 1], controller_epoch=3))
+    ).error_code == 0
+    stale = await broker.update_metadata(update_metadata([0, 1, 2], controller_epoch=2))
+    assert stale.error_code == ErrorCode.STALE_CONTROLLER_EPOCH
+    assert broker.manager.metadata.alive_broker_ids() == {0, 1}
+    # The LeaderAndIsr fence knows that controller epoch too.
+    refused = await broker.leader_and_isr(
+        partition_state(BROKER_ID, 1, [BROKER_ID]), controller_epoch=2
+    )
+    assert refused.error_code == ErrorCode.STALE_CONTROLLER_EPOCH
+
+
+async def test_update_metadata_deleting_a_partition_stops_it(broker: Broker) -> None:
+    await broker.leader_and_isr(partition_state(BROKER_ID, 1, [BROKER_ID]))
+    deleting = UpdateMetadataPartitionState(
+        topic_name=TP.topic,
+        partition_index=TP.partition,
+        controller_epoch=1,
+        leader=-2,
+        leader_epoch=2,
+        isr=[],
+        partition_epoch=1,
+        replicas=[BROKER_ID],
+    )
+    await broker.update_metadata(update_metadata([BROKER_ID], [deleting]))
+    assert broker.manager.partition(TP) is None
+    assert broker.deletions == [[TP]], "the group coordinator's hook hears of it"
+
+
+# -- periodic tasks ----------------------------------------------------------------------------
+
+
+async def test_isr_expiration_shrinks_a_lagging_replica_on_the_clock(broker: Broker) -> None:
+    await broker.update_metadata(update_metadata(REPLICAS))
+    await broker.leader_and_isr(partition_state(BROKER_ID, 1, REPLICAS, replicas=REPLICAS))
+    await broker.path.produce(produce_request(batch(), acks=1))
+    # Replica 1 keeps up; replica 2 never fetches.
+    for _ in range(3):
+        await broker.follower_fetch(1, 1, epoch=1)
+        await advance(broker.clock, LAG_MS // 2)
+    assert broker.sink.submitted, "no ISR shrink was proposed"
+    proposal = broker.sink.last
+    assert proposal.new_isr == (0, 1)
+    assert (proposal.leader_epoch, proposal.partition_epoch) == (1, 0)
+    broker.sink.accept(partition_epoch=1)
+    actor = broker.manager.partition(TP)
+    assert actor is not None
+    await settle(lambda: actor.view.isr == (0, 1))
+
+
+async def test_isr_expiration_leaves_caught_up_replicas_alone(broker: Broker) -> None:
+    await broker.update_metadata(update_metadata(REPLICAS))
+    await broker.leader_and_isr(partition_state(BROKER_ID, 1, REPLICAS, replicas=REPLICAS))
+    for _ in range(6):
+        await broker.follower_fetch(1, 0, epoch=1)
+        await broker.follower_fetch(2, 0, epoch=1)
+        await advance(broker.clock, LAG_MS // 2)
+    assert broker.sink.submitted == []
+
+
+async def test_high_watermark_checkpoint_is_written_on_the_interval(broker: Broker) -> None:
+    checkpoint = broker.log_dir / "replication-offset-checkpoint"
+    await advance(broker.clock, HW_CHECKPOINT_MS)
+    assert not checkpoint.exists()  # not before the first LeaderAndIsr
+    await broker.leader_and_isr(partition_state(BROKER_ID, 1, [BROKER_ID]))
+    await broker.path.produce(produce_request(batch(4), acks=1))
+    assert broker.log_manager.read_high_watermarks() == {}
+    await advance(broker.clock, HW_CHECKPOINT_MS)
+    assert broker.log_manager.read_high_watermarks() == {TP: 4}
+    await broker.path.produce(produce_request(batch(1), acks=1))
+    await advance(broker.clock, HW_CHECKPOINT_MS - 1)
+    assert broker.log_manager.read_high_watermarks() == {TP: 4}
+    await advance(broker.clock, 1)
+    assert broker.log_manager.read_high_watermarks() == {TP: 5}
+
+
+async def test_stop_writes_a_last_checkpoint_and_stops_partitions(tmp_path: Path) -> None:
+    opened = await open_broker(tmp_path)
+    await opened.leader_and_isr(partition_state(BROKER_ID, 1, [BROKER_ID]))
+    await opened.path.produce(produce_request(batch(2), acks=1))
+    actor = opened.manager.partition(TP)
+    assert actor is not None
+    await close_broker(opened)
+    assert not actor.running
+    assert opened.manager.routes == {}
+    assert (tmp_path / "broker-0" / "replication-offset-checkpoint").read_text().splitlines() == [
+        "0",
+        "1",
+        "orders 0 2",
+    ]
+
+
+def test_the_replica_fetcher_manager_is_a_fetcher_control() -> None:
+    # Checked by mypy (structural typing): the real fetchers fit the protocol the ReplicaManager
+    # drives. At run time only the methods' presence is checked.
+    control: type[FetcherControl] = ReplicaFetcherManager
+    for method in ("add_partitions", "remove_partitions", "shutdown_idle"):
+        assert callable(getattr(control, method))
+
+
+def test_config_reads_kafka_property_names() -> None:
+    config = ReplicaManagerConfig.from_properties(
+        3,
+        {
+            "replica.lag.time.max.ms": 4000,
+            "replica.high.watermark.checkpoint.interval.ms": "250",
+            "min.insync.replicas": 2,
+            "log.segment.bytes": 1024,
+        },
+    )
+    assert config == ReplicaManagerConfig(3, 4000, 250, 2)
+    assert config.partition_config.min_insync_replicas == 2
+    with pytest.raises(ValueError, match=r"replica\.lag\.time\.max\.ms"):
+        ReplicaManagerConfig.from_properties(3, {"replica.lag.time.max.ms": "soon"})
+    with pytest.raises(ValueError, match="must be >= 2"):
+        ReplicaManagerConfig.from_properties(3, {"replica.lag.time.max.ms": 1})
