@@ -30,8 +30,8 @@ depth is bounded in practice by the controller's own event rate and is observabl
 (`queue_size()`, `statistics()`) for metrics.
 
 What one controller event sends (Kafka's ControllerBrokerRequestBatch) is put together by the
-controller itself from its model (`_Outbox` in actors/controller/controller.py) and handed to
-`send`.
+controller itself from its model (`Outbox` and `RequestSender` in actors/controller/outbox.py)
+and handed to `send`.
 
 Ownership and why no lock: everything runs on the event loop. The manager belongs to the
 controller actor, which alone calls its methods; each channel's in-flight state belongs to

@@ -1,8 +1,9 @@
 """Leader selection, ISR removal, replica assignment and topic-name validation for the controller.
 
-Pure functions of their arguments: the controller actor passes in the partition's assignment,
-ISR and the broker sets it knows, and writes whatever comes back to its metadata log. Nothing
-here holds state, so nothing needs a lock, and every rule can be tested exhaustively.
+Pure functions of their arguments: the controller actor's handlers (elections.py, liveness.py,
+shutdown.py; topics.py for assignment) pass in the partition's assignment, ISR and the broker sets
+they know, and write whatever comes back to the metadata log. Nothing here holds state, so
+nothing needs a lock, and every rule can be tested exhaustively.
 
 The rules (Kafka's Election.scala and AdminUtils, with the later fix that the ISR never empties):
 

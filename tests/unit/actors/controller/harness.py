@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from actors.controller.controller import ControllerActor, ResponseCallback
+from actors.controller.controller import ControllerActor
 from actors.controller.messages import (
     AlterPartition,
     ControllerConfig,
@@ -24,6 +24,7 @@ from actors.controller.messages import (
     Heartbeat,
     RegisterBroker,
 )
+from actors.controller.outbox import ResponseCallback
 from runtime.clock import ManualClock
 from runtime.log.metadata_log import MetadataLog
 from runtime.net.transport import Address

@@ -1,0 +1,258 @@
+"""Broker liveness (seed 004; KRaft's ClusterControlManager and BrokerHeartbeatManager):
+registration, heartbeats, session expiry and fencing, and what follows a broker's startup or
+failure; also the controller's own restart (`resume`).
+
+ZooKeeper's part is played by registration and heartbeats: a registered broker is live until it
+misses heartbeats for broker.session.timeout.ms (then it is fenced: onBrokerFailure) or asks to
+be fenced at the end of its controlled shutdown (actors/controller/shutdown.py). A registration
+from a new process of a live broker id is refused (DUPLICATE_BROKER_REGISTRATION) until the old
+one's session ends — unless the old one shut down in a controlled way, when it is fenced first.
+Each registration gets a new broker epoch, which the requests to that broker carry; a heartbeat
+with another epoch, or from a fenced broker, is told to register again.
+
+- Startup (`on_broker_startup`, Kafka's onBrokerStartup): the broker gets a session and a
+  channel, its replicas go Online, partitions without a leader are elected, it is sent its full
+  state (a FULL LeaderAndIsr) and every broker UpdateMetadata, and deletions waiting on it go on.
+- Failure (`fence` then `on_broker_failure`): the fence is written first; the partitions the
+  broker led go Offline and get a leader where one is electable; it leaves the other ISRs
+  (never emptying one); its replicas go Offline (or wait for deletion).
+
+The sessions themselves (who is live, last heard from when, who is shutting down) are the
+in-memory table of actors/controller/sessions.py.
+
+State: none of its own; it works on the controller actor's (actors/controller/context.py), from
+the actor's handlers.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from actors.controller.context import ControllerContext
+from actors.controller.election import offline_election, remove_from_isr
+from actors.controller.elections import elect, elect_offline, unclean_allowed
+from actors.controller.journal import Change
+from actors.controller.outbox import Outbox
+from actors.controller.shutdown import still_led_by
+from actors.controller.states import PartitionState, ReplicaKey, ReplicaState
+from actors.controller.topic_deletion import resume_deletions
+from actors.views import NO_LEADER
+from wire.errors import ErrorCode
+from wire.messages import (
+    BrokerHeartbeatRequest,
+    BrokerHeartbeatResponse,
+    BrokerRegistrationRequest,
+    BrokerRegistrationResponse,
+)
+from wire.metadata_records import Endpoint, FenceBrokerRecord, RegisterBrokerRecord
+from wire.topic import TopicPartition
+
+log = logging.getLogger("ketch.controller")
+
+
+# -- registration and heartbeats -----------------------------------------------------------------
+
+
+async def register(
+    ctx: ControllerContext, request: BrokerRegistrationRequest
+) -> BrokerRegistrationResponse:
+    broker_id = request.broker_id
+    if ctx.config.cluster_id is not None and request.cluster_id != ctx.config.cluster_id:
+        return BrokerRegistrationResponse(error_code=ErrorCode.INCONSISTENT_CLUSTER_ID)
+    if broker_id < 0:
+        return BrokerRegistrationResponse(error_code=ErrorCode.INVALID_REQUEST)
+    existing = ctx.model.broker(broker_id)
+    if existing is not None and ctx.sessions.is_live(broker_id):
+        if existing.incarnation_id == request.incarnation_id:
+            # A retried registration of the same process: the same answer.
+            ctx.sessions.heard_from(broker_id, ctx.clock.monotonic_ms())
+            return BrokerRegistrationResponse(broker_epoch=existing.broker_epoch)
+        if not ctx.sessions.is_shutting_down(broker_id):
+            log.warning(
+                "%s: broker %d registering again while its session is alive: refused",
+                ctx.name,
+                broker_id,
+            )
+            return BrokerRegistrationResponse(error_code=ErrorCode.DUPLICATE_BROKER_REGISTRATION)
+        # It shut down in a controlled way and restarted before its session ended.
+        await fence(ctx, [broker_id])
+    epoch = ctx.model.next_broker_epoch()
+    endpoints = tuple(Endpoint(lst.name, lst.host, lst.port) for lst in request.listeners)
+    change = Change(ctx.model)
+    change.add(
+        RegisterBrokerRecord(
+            broker_id, request.incarnation_id, epoch, endpoints, request.rack, fenced=False
+        )
+    )
+    await ctx.journal.commit(change)
+    log.info("%s: broker %d registered with epoch %d", ctx.name, broker_id, epoch)
+    await on_broker_startup(ctx, [broker_id])
+    return BrokerRegistrationResponse(broker_epoch=epoch)
+
+
+async def heartbeat(
+    ctx: ControllerContext, request: BrokerHeartbeatRequest
+) -> BrokerHeartbeatResponse:
+    broker_id = request.broker_id
+    broker = ctx.model.broker(broker_id)
+    if (
+        broker is None
+        or broker.broker_epoch != request.broker_epoch
+        or not ctx.sessions.is_live(broker_id)
+    ):
+        # Unknown, a previous incarnation, or fenced: the broker registers again.
+        return BrokerHeartbeatResponse(error_code=ErrorCode.STALE_BROKER_EPOCH, is_fenced=True)
+    ctx.sessions.heard_from(broker_id, ctx.clock.monotonic_ms())
+    done_shutting_down = ctx.sessions.is_shutting_down(broker_id) and not still_led_by(
+        ctx, broker_id
+    )
+    if request.want_fence or (request.want_shut_down and done_shutting_down):
+        await fence(ctx, [broker_id])
+        return BrokerHeartbeatResponse(is_fenced=True, should_shut_down=True)
+    return BrokerHeartbeatResponse(is_caught_up=True, is_fenced=False)
+
+
+async def session_tick(ctx: ControllerContext) -> None:
+    """Fence the brokers whose sessions expired."""
+    timeout = ctx.config.broker_session_timeout_ms
+    expired = ctx.sessions.expired(ctx.clock.monotonic_ms(), timeout)
+    if expired:
+        log.warning("%s: brokers %s missed heartbeats for %d ms", ctx.name, expired, timeout)
+        await fence(ctx, expired)
+
+
+async def fence(ctx: ControllerContext, dead: list[int]) -> None:
+    """Fence the brokers (written first), then onBrokerFailure."""
+    change = Change(ctx.model)
+    for broker_id in dead:
+        broker = ctx.model.broker(broker_id)
+        assert broker is not None, broker_id
+        change.add(FenceBrokerRecord(broker_id, broker.broker_epoch))
+        ctx.sessions.close(broker_id)
+        ctx.sender.remove_broker(broker_id)
+    await on_broker_failure(ctx, dead, change)
+
+
+# -- broker startup and failure (seed 004) --------------------------------------------------------
+
+
+async def on_broker_startup(ctx: ControllerContext, new: list[int]) -> None:
+    now = ctx.clock.monotonic_ms()
+    for broker_id in new:
+        ctx.sessions.open(broker_id, now)
+        ctx.sender.remove_broker(broker_id)  # a previous incarnation's channel
+        ctx.sender.add_broker(broker_id)
+    outbox = Outbox(metadata_everything=True)
+    change = Change(ctx.model)
+    for broker_id in new:
+        keys = [
+            ReplicaKey(ctx.model.topic_partition(p), broker_id)
+            for p in ctx.model.partitions_hosted_on(broker_id)
+            if not ctx.model.is_queued_for_deletion(p.topic_id)
+        ]
+        ctx.replica_states.transition(keys, ReplicaState.ONLINE)
+    elect_offline(ctx, change)
+    await ctx.journal.commit(change)
+    ctx.sender.announce(change, outbox)
+    for broker_id in new:
+        ctx.sender.send_full_state(outbox, broker_id)
+    ctx.sender.flush(outbox)
+    await resume_deletions(ctx, new)
+
+
+async def on_broker_failure(ctx: ControllerContext, dead: list[int], change: Change) -> None:
+    gone = set(dead)
+    model = ctx.model
+    outbox = Outbox(metadata_everything=True)
+    eligible = ctx.sessions.eligible()
+    # Partitions led by the dead brokers go offline, then get a leader where they can.
+    led = [
+        p
+        for p in model.all_partitions()
+        if p.leader in gone and not model.is_queued_for_deletion(p.topic_id)
+    ]
+    ctx.partition_states.transition([model.topic_partition(p) for p in led], PartitionState.OFFLINE)
+    elected = [
+        model.topic_partition(p)
+        for p in led
+        if elect(
+            ctx,
+            change,
+            p,
+            offline_election(p.replicas, p.isr, eligible, unclean_allowed(ctx, p)),
+            gone,
+        )
+    ]
+    ctx.partition_states.transition(elected, PartitionState.ONLINE)
+    # Followers on the dead brokers leave the ISRs (never emptying one).
+    for p in model.all_partitions():
+        if (
+            p.leader not in gone
+            and gone & set(p.isr)
+            and not model.is_queued_for_deletion(p.topic_id)
+        ):
+            isr = p.isr
+            for broker_id in sorted(gone):
+                isr = remove_from_isr(isr, broker_id)
+            change.move(p, isr=isr)
+    replicas = [
+        ReplicaKey(model.topic_partition(p), b) for b in dead for p in model.partitions_hosted_on(b)
+    ]
+    deleting = {k for k in replicas if model.is_queued_for_deletion(_topic_id(ctx, k.partition))}
+    ctx.replica_states.transition([k for k in replicas if k not in deleting], ReplicaState.OFFLINE)
+    ctx.replica_states.transition(list(deleting), ReplicaState.REPLICA_DELETION_INELIGIBLE)
+    await ctx.journal.commit(change)
+    ctx.sender.announce(change, outbox)
+    ctx.sender.flush(outbox)
+
+
+def _topic_id(ctx: ControllerContext, tp: TopicPartition) -> bytes:
+    topic = ctx.model.topic_by_name(tp.topic)
+    assert topic is not None, tp
+    return topic.topic_id
+
+
+# -- the controller's own (re)start ---------------------------------------------------------------
+
+
+async def resume(ctx: ControllerContext) -> None:
+    """After a (re)start: the brokers the log says are live get a grace session from now,
+    a channel, and the whole state (FULL LeaderAndIsr, UpdateMetadata) under the new epoch;
+    then elections and deletions pick up where the previous controller left them."""
+    now = ctx.clock.monotonic_ms()
+    live = ctx.model.unfenced_broker_ids()
+    for broker_id in live:
+        ctx.sessions.open(broker_id, now)
+        ctx.sender.add_broker(broker_id)
+    _initialize_states(ctx)
+    outbox = Outbox()
+    for broker_id in live:
+        ctx.sender.send_full_state(outbox, broker_id)
+    outbox.metadata_everything = True
+    change = Change(ctx.model)
+    elect_offline(ctx, change)
+    await ctx.journal.commit(change)
+    ctx.sender.announce(change, outbox)
+    ctx.sender.flush(outbox)
+    await resume_deletions(ctx, live)
+
+
+def _initialize_states(ctx: ControllerContext) -> None:
+    """The state machines as the model and the new sessions say (Kafka's
+    initializePartitionState and initializeReplicaState)."""
+    live = ctx.sessions.live()
+    partitions: dict[TopicPartition, PartitionState] = {}
+    replicas: dict[ReplicaKey, ReplicaState] = {}
+    for p in ctx.model.all_partitions():
+        tp = ctx.model.topic_partition(p)
+        deleting = ctx.model.is_queued_for_deletion(p.topic_id)
+        online = not deleting and p.leader != NO_LEADER and p.leader in live
+        partitions[tp] = PartitionState.ONLINE if online else PartitionState.OFFLINE
+        for r in p.replicas:
+            if deleting:
+                state = ReplicaState.REPLICA_DELETION_INELIGIBLE
+            else:
+                state = ReplicaState.ONLINE if r in live else ReplicaState.OFFLINE
+            replicas[ReplicaKey(tp, r)] = state
+    ctx.partition_states.initialize(partitions)
+    ctx.replica_states.initialize(replicas)

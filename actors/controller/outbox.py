@@ -1,0 +1,231 @@
+"""Request sending: what one controller event tells the brokers, and how it goes out (Kafka's
+ControllerBrokerRequestBatch, over its ControllerChannelManager).
+
+An `Outbox` collects, for one event, the partitions each broker must hear about in LeaderAndIsr
+(FULL or INCREMENTAL), the partitions UpdateMetadata announces to every live broker, and the
+replicas StopReplica stops or deletes. Once the event's records are committed,
+`RequestSender.flush` builds the requests from the model as it now is (the per-partition states
+come from actors/controller/requests.py) and hands them to the per-broker request channels
+(actors/controller/channel.py): LeaderAndIsr first, then UpdateMetadata, then StopReplica —
+Kafka's order, which the channels keep end to end. Brokers that are not live get nothing; they
+receive their full state when they register again.
+
+A StopReplica that deletes partitions carries a callback: the channel's answer comes back to the
+controller as a `StopReplicaDone` message (handled by actors/controller/topic_deletion.py), so
+it is acted on in the actor's own task, never in the channel's.
+
+Owner: the controller actor. It holds one `RequestSender`, which also adds and removes the
+channels' brokers as sessions open and close; an `Outbox` lives for one event's handler. Both
+are used only from the actor's task, so no lock is needed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from actors.controller.journal import Change
+from actors.controller.messages import StopReplicaDone
+from actors.controller.model import ControllerModel
+from actors.controller.requests import (
+    leader_and_isr_state,
+    live_broker_entries,
+    live_leaders,
+    native_address,
+    topic_configs,
+    update_metadata_state,
+)
+from actors.controller.sessions import BrokerSessions
+from runtime.net.transport import Address
+from wire.messages import (
+    LEADER_AND_ISR_FULL,
+    LEADER_AND_ISR_INCREMENTAL,
+    LeaderAndIsrRequest,
+    Request,
+    Response,
+    StopReplicaPartitionState,
+    StopReplicaRequest,
+    UpdateMetadataRequest,
+)
+from wire.topic import TopicPartition
+
+log = logging.getLogger("ketch.controller")
+
+STOP_REPLICA_DELETING_EPOCH = -2  # StopReplica's leader epoch for a topic being deleted
+
+ResponseCallback = Callable[[Response | None, int], None]
+
+
+class RequestChannels(Protocol):
+    """One ordered, retrying request channel per broker (actors/controller/channel.py)."""
+
+    def add_broker(self, broker_id: int, address: Address) -> None: ...
+    def remove_broker(self, broker_id: int) -> None: ...
+    def send(
+        self, broker_id: int, request: Request, callback: ResponseCallback | None = None
+    ) -> None: ...
+
+
+@dataclass
+class Outbox:
+    """What one event sends, per broker and kind; sent by `RequestSender.flush`."""
+
+    leader_and_isr: dict[int, dict[TopicPartition, bool]] = field(default_factory=dict)
+    full_leader_and_isr: set[int] = field(default_factory=set)
+    metadata: set[TopicPartition] = field(default_factory=set)
+    metadata_everything: bool = False
+    stop_replica: dict[int, dict[TopicPartition, bool]] = field(default_factory=dict)
+
+    def lead_or_follow(
+        self, brokers: Iterable[int], tp: TopicPartition, *, is_new: bool = False
+    ) -> None:
+        for broker in brokers:
+            self.leader_and_isr.setdefault(broker, {})[tp] = is_new
+        self.metadata.add(tp)
+
+    def stop(self, broker: int, tp: TopicPartition, *, delete: bool) -> None:
+        self.stop_replica.setdefault(broker, {})[tp] = delete
+
+
+class RequestSender:
+    """Fills outboxes from the model and sends them through the request channels."""
+
+    def __init__(
+        self,
+        name: str,
+        controller_id: int,
+        model: ControllerModel,
+        sessions: BrokerSessions,
+        channels: RequestChannels,
+        tell: Callable[[StopReplicaDone], None],
+    ) -> None:
+        self._name = name
+        self._controller_id = controller_id
+        self._model = model
+        self._sessions = sessions
+        self._channels = channels
+        self._tell = tell  # the actor's try_tell: channel answers come back as messages
+
+    # -- channels ---------------------------------------------------------------------------------
+
+    def add_broker(self, broker_id: int) -> None:
+        address = native_address(self._model, broker_id)
+        if address is None:
+            log.warning("%s: broker %d has no native listener", self._name, broker_id)
+            return
+        self._channels.add_broker(broker_id, Address(*address))
+
+    def remove_broker(self, broker_id: int) -> None:
+        self._channels.remove_broker(broker_id)
+
+    # -- filling an outbox ------------------------------------------------------------------------
+
+    def announce(self, change: Change, outbox: Outbox) -> None:
+        """LeaderAndIsr for every changed partition to its live replicas."""
+        live = self._sessions.live()
+        for p in change.changed_partitions():
+            tp = self._model.topic_partition(p)
+            outbox.lead_or_follow([r for r in p.replicas if r in live], tp)
+
+    def send_full_state(self, outbox: Outbox, broker_id: int) -> None:
+        """Everything `broker_id` hosts, as a FULL LeaderAndIsr (it drops what is not listed)."""
+        outbox.full_leader_and_isr.add(broker_id)
+        outbox.leader_and_isr.setdefault(broker_id, {})
+        for p in self._model.partitions_hosted_on(broker_id):
+            if not self._model.is_queued_for_deletion(p.topic_id):
+                outbox.leader_and_isr[broker_id][self._model.topic_partition(p)] = False
+
+    # -- sending ----------------------------------------------------------------------------------
+
+    def flush(self, outbox: Outbox) -> None:
+        live = self._sessions.live()
+        self._send_leader_and_isr(outbox, live)
+        if outbox.metadata_everything or outbox.metadata:
+            self._send_update_metadata(outbox, live)
+        self._send_stop_replica(outbox, live)
+
+    def _send_leader_and_isr(self, outbox: Outbox, live: set[int]) -> None:
+        model = self._model
+        for broker_id, tps in sorted(outbox.leader_and_isr.items()):
+            if broker_id not in live:
+                continue
+            partitions = [p for tp in tps if (p := model.partition_by_name(tp)) is not None]
+            broker = model.broker(broker_id)
+            assert broker is not None, broker_id
+            full = broker_id in outbox.full_leader_and_isr
+            self._channels.send(
+                broker_id,
+                LeaderAndIsrRequest(
+                    controller_id=self._controller_id,
+                    controller_epoch=model.controller_epoch,
+                    broker_epoch=broker.broker_epoch,
+                    type=LEADER_AND_ISR_FULL if full else LEADER_AND_ISR_INCREMENTAL,
+                    partition_states=[
+                        leader_and_isr_state(model, p, is_new=tps[model.topic_partition(p)])
+                        for p in partitions
+                    ],
+                    live_leaders=live_leaders(model, partitions, live),
+                    topic_configs=topic_configs(model, (tp.topic for tp in tps)),
+                ),
+            )
+
+    def _send_update_metadata(self, outbox: Outbox, live: set[int]) -> None:
+        model = self._model
+        if outbox.metadata_everything:
+            partitions = model.all_partitions()
+        else:
+            partitions = [
+                p for tp in outbox.metadata if (p := model.partition_by_name(tp)) is not None
+            ]
+        states = [update_metadata_state(model, p, live) for p in partitions]
+        brokers = live_broker_entries(model, live)
+        configs = topic_configs(model, (s.topic_name for s in states))
+        for broker_id in sorted(live):
+            broker = model.broker(broker_id)
+            assert broker is not None, broker_id
+            self._channels.send(
+                broker_id,
+                UpdateMetadataRequest(
+                    controller_id=self._controller_id,
+                    controller_epoch=model.controller_epoch,
+                    broker_epoch=broker.broker_epoch,
+                    partition_states=states,
+                    live_brokers=brokers,
+                    topic_configs=configs,
+                ),
+            )
+
+    def _send_stop_replica(self, outbox: Outbox, live: set[int]) -> None:
+        for broker_id, stops in sorted(outbox.stop_replica.items()):
+            broker = self._model.broker(broker_id)
+            if broker_id not in live or broker is None:
+                continue
+            deleting = any(stops.values())
+            self._channels.send(
+                broker_id,
+                StopReplicaRequest(
+                    controller_id=self._controller_id,
+                    controller_epoch=self._model.controller_epoch,
+                    broker_epoch=broker.broker_epoch,
+                    partition_states=[
+                        StopReplicaPartitionState(
+                            topic_name=tp.topic,
+                            partition_index=tp.partition,
+                            leader_epoch=STOP_REPLICA_DELETING_EPOCH if delete else -1,
+                            delete_partition=delete,
+                        )
+                        for tp, delete in sorted(stops.items())
+                    ],
+                ),
+                self._deletion_callback(broker_id, broker.broker_epoch) if deleting else None,
+            )
+
+    def _deletion_callback(self, broker_id: int, broker_epoch: int) -> ResponseCallback:
+        def done(response: Response | None, attempts: int) -> None:
+            with contextlib.suppress(Exception):
+                self._tell(StopReplicaDone(broker_id, broker_epoch, response, attempts))
+
+        return done
