@@ -18,7 +18,7 @@ NO_LEADER = -1
 
 
 class Role(enum.Enum):
-    """A hosted replica's role; its legal moves are a table in actors/replication/partition.py."""
+    """A hosted replica's role; its legal moves are a table in actors/replication/leadership.py."""
 
     NONE = "none"  # created, no LeaderAndIsr applied yet
     LEADER = "leader"

@@ -9,7 +9,7 @@
 
 The cluster: without --bootstrap, a controller and --brokers brokers as child processes
 (`ketch controller` / `ketch broker`, bench/latency_cluster.py), or with --in-process
-bench/cluster.py's in-process cluster on the client's own event loop (then acks=all and
+testkit/cluster.py's in-process cluster on the client's own event loop (then acks=all and
 end-to-end include the followers' work on that one core). If the process commands are not
 registered in cli/main.py the in-process cluster is used, with a warning. With --bootstrap
 an existing cluster is measured. Each scenario gets its own run-unique topic with

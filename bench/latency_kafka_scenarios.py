@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -32,9 +32,8 @@ from bench.latency_kafka_clients import (
     KafkaClient,
     KafkaClientError,
     Producer,
-    now_ns,
 )
-from bench.latency_report import ScenarioResult, new_histogram
+from bench.latency_report import ScenarioResult
 from bench.latency_scenarios import (
     E2E_ARRIVAL_TIMEOUT_S,
     E2E_FETCH_MAX_WAIT_MS,
@@ -42,10 +41,12 @@ from bench.latency_scenarios import (
     THROUGHPUT_LINGER_MS,
     THROUGHPUT_PARTITIONS,
     THROUGHPUT_PRODUCERS,
-    THROUGHPUT_WINDOW_BATCHES,
+    Acked,
     Load,
+    SendRecord,
     acks_name,
     drive,
+    throughput_run,
 )
 from client.config import ACKS_ALL
 
@@ -187,46 +188,29 @@ async def e2e_scenario(bench: KafkaBench, load: Load) -> ScenarioResult:
 
 
 async def throughput_scenario(bench: KafkaBench, acks: int, load: Load) -> ScenarioResult:
+    """The native throughput scenario (`throughput_run`) with the Kafka client's producer."""
     topic = await bench.create_topic(f"throughput-acks{acks_name(acks)}", THROUGHPUT_PARTITIONS)
     value = load.value
-    histogram = new_histogram()
-    record = histogram.record_value
-    window_records = max(
-        1, THROUGHPUT_WINDOW_BATCHES * THROUGHPUT_BATCH_BYTES // max(1, len(value))
-    )
-    start = now_ns()
-    measure_from = start + round(load.warmup_s * 1e9)
-    end = measure_from + round(load.duration_s * 1e9)
-    started_at_s = time.time() + load.warmup_s
-    failures: list[BaseException] = []
 
-    async def run_producer() -> None:
-        slots = asyncio.Semaphore(window_records)
-
-        def acked(done_ns: int, _offset: int, error: BaseException | None, sent: int) -> None:
-            slots.release()
-            if error is not None:
-                failures.append(error)
-            elif measure_from <= done_ns < end:
-                # Counted by acknowledgement time, as the native scenario does.
-                record(done_ns - sent)
-
+    @contextlib.asynccontextmanager
+    async def open_producer() -> AsyncIterator[SendRecord]:
         async with await bench.producer(acks, THROUGHPUT_BATCHING) as producer:
-            while (sent := now_ns()) < end and not failures:
-                await slots.acquire()
-                await producer.send(topic, value, None, functools.partial(acked, sent=sent))
 
-    await asyncio.gather(*(run_producer() for _ in range(THROUGHPUT_PRODUCERS)))
-    if failures:
-        raise failures[0]
-    count: int = histogram.get_total_count()
-    return ScenarioResult(
-        scenario_name(f"throughput_acks{acks_suffix(acks)}", bench.client.name),
-        f"{THROUGHPUT_PRODUCERS} producers, {THROUGHPUT_BATCH_BYTES // 1024} KB batches, "
-        f"linger {THROUGHPUT_LINGER_MS} ms, {THROUGHPUT_PARTITIONS} partitions, acks="
-        f"{acks_name(acks)}, {bench.describe()}: records acknowledged within the window",
-        histogram,
-        load.duration_s,
-        started_at_s,
-        payload_bytes=count * len(value),
+            async def send(acked: Acked) -> None:
+                def delivered(done_ns: int, _offset: int, error: BaseException | None) -> None:
+                    acked(done_ns, error)
+
+                await producer.send(topic, value, None, delivered)
+
+            yield send
+
+    return await throughput_run(
+        load,
+        open_producer,
+        name=scenario_name(f"throughput_acks{acks_suffix(acks)}", bench.client.name),
+        description=(
+            f"{THROUGHPUT_PRODUCERS} producers, {THROUGHPUT_BATCH_BYTES // 1024} KB batches, "
+            f"linger {THROUGHPUT_LINGER_MS} ms, {THROUGHPUT_PARTITIONS} partitions, acks="
+            f"{acks_name(acks)}, {bench.describe()}: records acknowledged within the window"
+        ),
     )

@@ -26,7 +26,7 @@ import contextlib
 import functools
 import os
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -322,16 +322,28 @@ async def e2e_scenario(bench: Bench, load: Load) -> ScenarioResult:
     )
 
 
-async def throughput_scenario(bench: Bench, acks: int, load: Load) -> ScenarioResult:
-    """THROUGHPUT_PRODUCERS producers (each its own connections) with 16 KB batches and
-    linger.ms=5, each keeping a few batches' worth of records outstanding, as fast as the
-    cluster takes them (never rate-limited); latency is per record, send() -> acknowledged."""
-    topic = await bench.create_topic(f"throughput-acks{acks_name(acks)}", THROUGHPUT_PARTITIONS)
-    value = load.value
+Acked = Callable[[int, BaseException | None], None]
+"""A throughput record's outcome, on the loop: (perf_counter ns when the producer reported it,
+the error or None)."""
+SendRecord = Callable[[Acked], Awaitable[None]]
+"""Hands one record to a producer (waiting only while its queue is full); `acked` runs once."""
+
+
+async def throughput_run(
+    load: Load,
+    open_producer: Callable[[], contextlib.AbstractAsyncContextManager[SendRecord]],
+    *,
+    name: str,
+    description: str,
+) -> ScenarioResult:
+    """THROUGHPUT_PRODUCERS producers from `open_producer` (each its own connections), each
+    keeping a few batches' worth of records outstanding, as fast as the cluster takes them (never
+    rate-limited); latency is per record, send -> acknowledged. The native and the Kafka-client
+    throughput scenarios differ only in the producer they open."""
     histogram = new_histogram()
     record = histogram.record_value
     window_records = max(
-        1, THROUGHPUT_WINDOW_BATCHES * THROUGHPUT_BATCH_BYTES // max(1, len(value))
+        1, THROUGHPUT_WINDOW_BATCHES * THROUGHPUT_BATCH_BYTES // max(1, load.size_bytes)
     )
     start = now_ns()
     measure_from = start + round(load.warmup_s * 1e9)
@@ -341,44 +353,72 @@ async def throughput_scenario(bench: Bench, acks: int, load: Load) -> ScenarioRe
 
     async def run_producer() -> None:
         slots = asyncio.Semaphore(window_records)
-        producer = bench.producer(
-            acks, batch_bytes=THROUGHPUT_BATCH_BYTES, linger_ms=THROUGHPUT_LINGER_MS
-        )
 
-        def acked(future: asyncio.Future[RecordMetadata], sent: int) -> None:
-            # Recorded by callback, at completion: awaiting futures in order would charge a
+        def acked(done_ns: int, error: BaseException | None, sent: int) -> None:
+            # Recorded by callback, at completion: awaiting records in order would charge a
             # record for an older one still pending on another partition.
             slots.release()
-            if future.cancelled():
-                failures.append(asyncio.CancelledError())
-            elif (error := future.exception()) is not None:
+            if error is not None:
                 failures.append(error)
-            elif measure_from <= (done := now_ns()) < end:
+            elif measure_from <= done_ns < end:
                 # Counted by acknowledgement time: throughput is what the cluster acknowledged
                 # within the window, whenever the record was sent (under a saturated window a
                 # record sent in it may be acknowledged only after it).
-                record(done - sent)
+                record(done_ns - sent)
 
-        try:
+        async with open_producer() as send:
             while (sent := now_ns()) < end and not failures:
                 await slots.acquire()
-                future = await producer.send(topic, None, value)
-                future.add_done_callback(functools.partial(acked, sent=sent))
-            await producer.flush()
-        finally:
-            await producer.close()
+                await send(functools.partial(acked, sent=sent))
 
     await asyncio.gather(*(run_producer() for _ in range(THROUGHPUT_PRODUCERS)))
     if failures:
         raise failures[0]
     count: int = histogram.get_total_count()
     return ScenarioResult(
-        f"throughput_acks{'_all' if acks == ACKS_ALL else acks}",
-        f"{THROUGHPUT_PRODUCERS} producers, {THROUGHPUT_BATCH_BYTES // 1024} KB batches, "
-        f"linger.ms={THROUGHPUT_LINGER_MS}, {THROUGHPUT_PARTITIONS} partitions, acks="
-        f"{acks_name(acks)}: records acknowledged within the window",
+        name,
+        description,
         histogram,
         load.duration_s,
         started_at_s,
-        payload_bytes=count * len(value),
+        payload_bytes=count * load.size_bytes,
+    )
+
+
+async def throughput_scenario(bench: Bench, acks: int, load: Load) -> ScenarioResult:
+    """`throughput_run` with ketch's own producer: 16 KB batches and linger.ms=5."""
+    topic = await bench.create_topic(f"throughput-acks{acks_name(acks)}", THROUGHPUT_PARTITIONS)
+    value = load.value
+
+    @contextlib.asynccontextmanager
+    async def open_producer() -> AsyncIterator[SendRecord]:
+        producer = bench.producer(
+            acks, batch_bytes=THROUGHPUT_BATCH_BYTES, linger_ms=THROUGHPUT_LINGER_MS
+        )
+
+        def reported(future: asyncio.Future[RecordMetadata], acked: Acked) -> None:
+            if future.cancelled():
+                acked(now_ns(), asyncio.CancelledError())
+            else:
+                acked(now_ns(), future.exception())
+
+        async def send(acked: Acked) -> None:
+            future = await producer.send(topic, None, value)
+            future.add_done_callback(functools.partial(reported, acked=acked))
+
+        try:
+            yield send
+            await producer.flush()
+        finally:
+            await producer.close()
+
+    return await throughput_run(
+        load,
+        open_producer,
+        name=f"throughput_acks{'_all' if acks == ACKS_ALL else acks}",
+        description=(
+            f"{THROUGHPUT_PRODUCERS} producers, {THROUGHPUT_BATCH_BYTES // 1024} KB batches, "
+            f"linger.ms={THROUGHPUT_LINGER_MS}, {THROUGHPUT_PARTITIONS} partitions, acks="
+            f"{acks_name(acks)}: records acknowledged within the window"
+        ),
     )

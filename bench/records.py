@@ -29,10 +29,10 @@ from pathlib import Path
 
 from crc32c import crc32c
 
+from wire.batch_builder import build_batch
+from wire.record_reader import iter_records
 from wire.records import (
     LOG_OVERHEAD,
-    build_batch,
-    iter_records,
     patch_batch,
     read_header,
     validate_batch,

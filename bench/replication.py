@@ -3,8 +3,8 @@
     python -m bench.replication [--duration S] [--json FILE]
 
 Everything runs in ONE process on ONE uvloop event loop: the brokers (`node.broker.node.BrokerNode`
-over `TcpTransport` on 127.0.0.1, ephemeral ports, `SystemClock`), the bench controller
-(bench/cluster.py), the native producer and consumer. So the acks=all figures include the
+over `TcpTransport` on 127.0.0.1, ephemeral ports, `SystemClock`), the controller (testkit/
+cluster.py's `tcp_cluster`), the native producer and consumer. So the acks=all figures include the
 followers' fetch and append work done on the same loop (and core) as the leader's and the
 client's: on separate machines the stages would overlap, here they queue behind each other.
 
@@ -48,7 +48,6 @@ from actors.replication.partition_messages import (
     FollowerAppendResult,
     LeaderAppendResult,
 )
-from bench.cluster import BenchCluster
 from bench.rpc import Tally, echo_floor
 from client.client import Client
 from client.config import ConsumerConfig, ProducerConfig
@@ -57,6 +56,7 @@ from client.producer import Producer
 from node.broker.node import BrokerNode
 from runtime.clock import SystemClock
 from runtime.net.tcp import TcpTransport, new_event_loop
+from testkit.cluster import Cluster, tcp_cluster
 from wire.errors import ErrorCode
 from wire.messages import FetchRequest, FetchResponse, ProduceRequest, ProduceResponse
 from wire.topic import TopicPartition
@@ -114,7 +114,7 @@ async def _timed(budget_s: float, step: Callable[[], Awaitable[int | None]]) -> 
     return histogram
 
 
-def _producer(cluster: BenchCluster, transport: TcpTransport, acks: int) -> Producer:
+def _producer(cluster: Cluster, transport: TcpTransport, acks: int) -> Producer:
     client = Client(
         cluster.addresses, transport=transport, clock=SystemClock(), client_id="bench-producer"
     )
@@ -132,7 +132,7 @@ async def _produce_latency(producer: Producer, tp: TopicPartition, budget_s: flo
 
 
 async def _end_to_end(
-    cluster: BenchCluster,
+    cluster: Cluster,
     transport: TcpTransport,
     producer: Producer,
     tp: TopicPartition,
@@ -279,7 +279,7 @@ def _instrument(leader: BrokerNode, followers: Sequence[BrokerNode], tp: TopicPa
 
 
 async def _breakdown(
-    cluster: BenchCluster, producer: Producer, tp: TopicPartition, budget_s: float
+    cluster: Cluster, producer: Producer, tp: TopicPartition, budget_s: float
 ) -> tuple[HdrHistogram, dict[str, list[int]]]:
     leader = cluster.leader(tp)
     followers = [n for b, n in sorted(cluster.nodes.items()) if n is not leader]
@@ -353,8 +353,8 @@ async def _measure(duration_s: float) -> dict[str, Any]:
 
     transport = TcpTransport()
     clock = SystemClock()
-    async with BenchCluster(1, transport=transport, clock=clock) as single:
-        tp = await single.create_topic("bench-acks1", replication_factor=1)
+    async with tcp_cluster(1, transport=transport, clock=clock) as single:
+        [tp] = await single.create_topic("bench-acks1", replication_factor=1)
         producer = _producer(single, transport, ACKS_LEADER)
         try:
             _percentiles(await _produce_latency(producer, tp, share), "acks1", figures)
@@ -364,8 +364,8 @@ async def _measure(duration_s: float) -> dict[str, Any]:
             await producer.close()
 
     properties = {"min.insync.replicas": 2}
-    async with BenchCluster(3, transport=transport, clock=clock, properties=properties) as trio:
-        tp = await trio.create_topic("bench-acksall", replication_factor=3)
+    async with tcp_cluster(3, transport=transport, clock=clock, properties=properties) as trio:
+        [tp] = await trio.create_topic("bench-acksall", replication_factor=3)
         producer = _producer(trio, transport, ACKS_ALL)
         try:
             _percentiles(await _produce_latency(producer, tp, share), "acksall", figures)

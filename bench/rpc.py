@@ -49,7 +49,11 @@ from hdrh.histogram import HdrHistogram
 from client.client import Client
 from client.config import ClientConfig
 from runtime.clock import SystemClock
-from runtime.net.server import RequestContext, Server, ServerConfig
+from runtime.net.dialect import RequestContext
+from runtime.net.server import (
+    Server,
+    ServerConfig,
+)
 from runtime.net.tcp import TcpTransport, new_event_loop
 from runtime.net.transport import Address, Stream
 from wire.envelope import RequestEnvelope, decode_response, encode_request

@@ -38,7 +38,7 @@ from rich.table import Table
 from runtime.clock import SystemClock
 from runtime.log.config import LogConfig
 from runtime.log.log import Log
-from wire.records import build_batch
+from wire.batch_builder import build_batch
 
 BATCH_BYTES = 16 * 1024
 RECORDS_PER_BATCH = 16

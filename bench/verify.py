@@ -15,7 +15,7 @@ Measures, in one run (page cache warm, since the data was just written):
 
 * ``plain_python``: one process calling `offline.batch_scan.scan_segment` on every segment file of
   every replica: the same per-batch checks (header, CRC-32C) the verify job's scan makes.
-* ``local1`` / ``local2``: `offline.verify.run_verify` over the cluster data dir in a fresh
+* ``local1`` / ``local2``: `offline.verify_job.run_verify` over the cluster data dir in a fresh
   SparkSession at ``local[1]`` / ``local[2]`` (stopped in between). Session start-up (the JVM,
   once per process) is not timed; each figure is the faster of two runs in its session, the
   first one also starting the Python workers.
@@ -45,7 +45,7 @@ from rich.table import Table
 from runtime.clock import SystemClock
 from runtime.log.config import LogManagerConfig
 from runtime.log.manager import LogManager
-from wire.records import build_batch
+from wire.batch_builder import build_batch
 from wire.topic import TopicPartition
 
 TOPIC: Final = "bench"
@@ -129,7 +129,7 @@ def plain_python_pass(root: Path) -> float:
 
 def verify_seconds(root: Path, master: str) -> float:
     from offline.spark_session import build_session
-    from offline.verify import run_verify
+    from offline.verify_job import run_verify
 
     spark = build_session(master, f"bench verify {master}")
     try:

@@ -60,7 +60,8 @@ from cli.common import (
 from client.accumulator import RecordMetadata
 from client.client import Client
 from client.config import ACKS_ALL, ConsumerConfig, ProducerConfig
-from client.consumer import Consumer, ConsumerRecord
+from client.consumer import Consumer
+from client.fetched_records import ConsumerRecord
 from client.producer import Producer
 from runtime.net.transport import Address
 from wire.errors import ErrorCode, KafkaError

@@ -56,6 +56,7 @@ from cli.common import (
 )
 from client.errors import RequestTimeoutError
 from node.broker.config import BrokerConfig, known_properties, property_defaults
+from node.layout import CLUSTER_JSON_NAME
 from runtime.config import ConfigError, EffectiveConfig, Value, parse_override, resolve
 from runtime.net.transport import Address
 from wire.errors import ErrorCode
@@ -63,7 +64,6 @@ from wire.messages import DescribeClusterRequest, DescribeClusterResponse
 
 STATUS_PROG: Final = "ketch cluster status"
 CONFIG_PROG: Final = "ketch config show"
-CLUSTER_FILE: Final = "cluster.json"
 
 if TYPE_CHECKING:  # argparse's action class cannot be subscripted at run time (Python 3.11)
     ClusterRegistrar = Callable[[SubParsers[argparse.ArgumentParser]], None]
@@ -141,7 +141,7 @@ def register_cluster_commands(cluster_subparsers: SubParsers[argparse.ArgumentPa
         "--data-dir",
         type=Path,
         metavar="D",
-        help=f"a `ketch up` data dir: the controller's address from {CLUSTER_FILE}",
+        help=f"a `ketch up` data dir: the controller's address from {CLUSTER_JSON_NAME}",
     )
     add_bootstrap_flag(status)
     set_command(status, cmd_cluster_status)
@@ -209,13 +209,15 @@ def _controller_address(data_dir: Path | None) -> dict[int, Address]:
     """controller id -> address from `<data_dir>/cluster.json` ({} without --data-dir)."""
     if data_dir is None:
         return {}
-    path = data_dir / CLUSTER_FILE
+    path = data_dir / CLUSTER_JSON_NAME
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
         controller = document["controller"]
         return {int(controller["id"]): Address(str(controller["host"]), int(controller["port"]))}
     except FileNotFoundError:
-        raise CliError(f"no {CLUSTER_FILE} in {data_dir} (is it a `ketch up` data dir?)") from None
+        raise CliError(
+            f"no {CLUSTER_JSON_NAME} in {data_dir} (is it a `ketch up` data dir?)"
+        ) from None
     except OSError as exc:
         raise CliError(f"cannot read {path}: {exc.strerror}") from None
     except (ValueError, KeyError, TypeError) as exc:

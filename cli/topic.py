@@ -70,11 +70,11 @@ from wire.messages import (
     MetadataResponse,
     MetadataResponseTopic,
 )
+from wire.messages.data import LATEST_TIMESTAMP
 from wire.topic import topic_id_text
 
 PROG: Final = "ketch topic"
 NO_LEADER: Final = -1
-LATEST_TIMESTAMP: Final = -1
 CREATE_WAIT_S: Final = 10.0
 CREATE_POLL_S: Final = 0.05
 LIST_OFFSETS_TIMEOUT_MS: Final = 5_000

@@ -78,7 +78,8 @@ from wire.messages import (
     SaslHandshakeRequest,
     SaslHandshakeResponse,
 )
-from wire.messages.base import ZERO_UUID, Request, Response
+from wire.messages.base import Request, Response
+from wire.messages.fields import ZERO_UUID
 from wire.topic import TopicPartition
 
 _log = logging.getLogger(__name__)

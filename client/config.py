@@ -11,27 +11,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Self, TypeVar
+from typing import Any, Self
 
+from runtime.properties import config_from_properties
 from wire.frames import DEFAULT_MAX_FRAME_BYTES
-
-_T = TypeVar("_T")
-
-
-def _from_properties(cls: type[_T], props: Mapping[str, Any]) -> _T:
-    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    values: dict[str, Any] = {}
-    for key, raw in props.items():
-        name = key.replace(".", "_")
-        field = fields.get(name)
-        if field is None:
-            raise ValueError(f"unknown {cls.__name__} property {key!r}")
-        default = field.default
-        if isinstance(default, bool) or not isinstance(default, int | float):
-            values[name] = raw
-        else:
-            values[name] = type(default)(raw)
-    return cls(**values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +42,7 @@ class ClientConfig:
 
     @classmethod
     def from_properties(cls, props: Mapping[str, Any]) -> Self:
-        return _from_properties(cls, props)
+        return config_from_properties(cls, props, strict=True)
 
 
 ACKS_ALL = -1
@@ -93,7 +76,7 @@ class ProducerConfig:
         values = dict(props)
         if str(values.get("acks", "")).lower() == "all":
             values["acks"] = ACKS_ALL
-        return _from_properties(cls, values)
+        return config_from_properties(cls, values, strict=True)
 
 
 OFFSET_RESET_POLICIES = ("earliest", "latest", "none")
@@ -127,4 +110,4 @@ class ConsumerConfig:
 
     @classmethod
     def from_properties(cls, props: Mapping[str, Any]) -> Self:
-        return _from_properties(cls, props)
+        return config_from_properties(cls, props, strict=True)

@@ -52,6 +52,7 @@ from client.errors import (
     ConnectionLostError,
     RequestTimeoutError,
 )
+from client.gate import Gate
 from runtime.clock import NS_PER_MS, Alarm, Clock
 from runtime.net.backoff import ExponentialBackoff
 from runtime.net.transport import Address, ConnectionClosedError, Stream, Transport
@@ -106,48 +107,6 @@ def _ignore_body(body: dict[str, Any]) -> None:
     return None
 
 
-class _Gate:
-    """A FIFO semaphore whose uncontended entry is a plain call, not a coroutine.
-
-    Every request passes two of these (an in-flight slot and the right to write), so the
-    common case, a free gate, must cost next to nothing. A unit released while tasks wait is
-    handed straight to the oldest waiter, which keeps the order of arrival.
-    """
-
-    __slots__ = ("_free", "_waiters")
-
-    def __init__(self, capacity: int) -> None:
-        assert capacity > 0
-        self._free = capacity
-        self._waiters: deque[asyncio.Future[None]] = deque()
-
-    def try_enter(self) -> bool:
-        if self._free > 0 and not self._waiters:
-            self._free -= 1
-            return True
-        return False
-
-    async def enter(self) -> None:
-        if self.try_enter():
-            return
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            await waiter
-        except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled():
-                self.leave()  # handed a unit, then cancelled: pass it on
-            raise
-
-    def leave(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():  # cancelled waiters stay queued until skipped here
-                waiter.set_result(None)
-                return
-        self._free += 1
-
-
 def consume_outcome(task: asyncio.Task[Any]) -> None:
     """Done-callback marking a shared task's exception as retrieved (its waiters may be gone)."""
     if not task.cancelled():
@@ -181,8 +140,8 @@ class BrokerConnection:
         self._reader: asyncio.Task[None] | None = None
         self._connect_task: asyncio.Task[Stream] | None = None
         self._outstanding: deque[_Outstanding[Any]] = deque()
-        self._write_gate = _Gate(1)
-        self._slots = _Gate(config.max_in_flight_requests_per_connection)
+        self._write_gate = Gate(1)
+        self._slots = Gate(config.max_in_flight_requests_per_connection)
         # One alarm per connection, at the earliest deadline outstanding, instead of a timer
         # per request: with equal timeouts a new request never needs to re-arm it.
         self._timeout_alarm: Alarm | None = None

@@ -19,13 +19,10 @@ and with fetch.max.wait.ms / fetch.min.bytes so the broker holds the request unt
 `poll()` times out stays in flight, and its answer serves the next `poll()`. An answer for a
 partition whose position changed meanwhile (seek, reassignment) is dropped.
 
-Records. A partition's records bytes are concatenated RecordBatch v2 batches; each batch is
-decoded with `wire.records.iter_records`. Records below the position (a batch that starts
-before it) are skipped; control batches are skipped whole; the position moves past the last
-offset of every complete batch, so offsets removed by compaction are stepped over. A batch cut
-short at the end of the answer (partition_max_bytes reached mid-batch) is not an error: it is
-fetched again, whole, next time — unless it is the first batch, which means it alone exceeds the
-limit; then RecordTooLargeError, as Kafka's consumer does.
+Records. A partition's fetched bytes are decoded by `client.fetched_records.decode_fetched`:
+records below the position are skipped, control batches too, and the position moves past every
+complete batch (its docstring says how a batch cut short is handled). Offset lookups and resets
+are ListOffsets requests (`client.list_offsets`).
 
 Errors per partition: NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, FENCED_LEADER_EPOCH
 and the like refresh metadata and try again at the next leader; OFFSET_OUT_OF_RANGE resets the
@@ -45,6 +42,11 @@ from dataclasses import dataclass
 from client.client import Client
 from client.config import ConsumerConfig
 from client.errors import ClientClosedError, ClientError, invalidates_metadata
+from client.fetched_records import ConsumerRecord, decode_fetched
+from client.list_offsets import (
+    OffsetAndTimestamp,
+    list_offsets,
+)
 from runtime.clock import NS_PER_MS
 from wire.errors import ErrorCode, KafkaError
 from wire.messages import (
@@ -53,24 +55,14 @@ from wire.messages import (
     FetchResponse,
     FetchResponsePartition,
     FetchTopic,
-    ListOffsetsPartition,
-    ListOffsetsRequest,
-    ListOffsetsResponse,
-    ListOffsetsTopic,
 )
-from wire.records import (
-    LOG_OVERHEAD,
-    RECORD_BATCH_OVERHEAD,
-    CorruptRecordError,
-    iter_records,
-    validate_batch,
+from wire.messages.data import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
 )
 from wire.topic import TopicPartition
 
 _log = logging.getLogger(__name__)
-
-EARLIEST_TIMESTAMP = -2
-LATEST_TIMESTAMP = -1
 
 
 class NoOffsetForPartitionError(ClientError):
@@ -84,28 +76,6 @@ class OffsetOutOfRangeError(KafkaError):
         super().__init__(ErrorCode.OFFSET_OUT_OF_RANGE, f"{tp} at offset {position}")
         self.tp = tp
         self.position = position
-
-
-class RecordTooLargeError(ClientError):
-    """A batch is bigger than max.partition.fetch.bytes, so it can never be fetched whole."""
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerRecord:
-    topic: str
-    partition: int
-    offset: int
-    timestamp_ms: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetAndTimestamp:
-    offset: int
-    timestamp_ms: int
-    leader_epoch: int = -1
 
 
 @dataclass(slots=True)
@@ -237,73 +207,13 @@ class Consumer:
     async def _list_offsets(
         self, timestamps: dict[TopicPartition, int]
     ) -> dict[TopicPartition, OffsetAndTimestamp]:
-        """ListOffsets to each partition's leader, retrying retriable errors per partition."""
         self._check_open()
-        results: dict[TopicPartition, OffsetAndTimestamp] = {}
-
-        async def attempt() -> None:
-            remaining = {tp: ts for tp, ts in timestamps.items() if tp not in results}
-            by_leader: dict[int, list[TopicPartition]] = {}
-            for tp in remaining:
-                leader, _ = await self._client.leader_for(tp)
-                by_leader.setdefault(leader.node_id, []).append(tp)
-            outcomes = await asyncio.gather(
-                *(self._list_from(node, tps, remaining) for node, tps in by_leader.items()),
-                return_exceptions=True,
-            )
-            errors = [o for o in outcomes if isinstance(o, BaseException)]
-            for outcome in outcomes:
-                if isinstance(outcome, dict):
-                    results.update(outcome)
-            if errors:
-                raise errors[0]  # retried by call() if retriable; others are kept in results
-            missing = [tp for tp in timestamps if tp not in results]
-            if missing:
-                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no answer for {missing}")
-
-        await self._client.call(
-            attempt, timeout_ms=self.config.request_timeout_ms, what="ListOffsets"
-        )
-        return results
-
-    async def _list_from(
-        self,
-        node_id: int,
-        partitions: list[TopicPartition],
-        timestamps: Mapping[TopicPartition, int],
-    ) -> dict[TopicPartition, OffsetAndTimestamp]:
-        by_topic: dict[str, list[ListOffsetsPartition]] = {}
-        view = self._client.metadata.view
-        for tp in partitions:
-            info = view.partition(tp)
-            epoch = -1 if info is None else info.leader_epoch
-            by_topic.setdefault(tp.topic, []).append(
-                ListOffsetsPartition(
-                    partition_index=tp.partition,
-                    current_leader_epoch=epoch,
-                    timestamp=timestamps[tp],
-                )
-            )
-        request = ListOffsetsRequest(
+        return await list_offsets(
+            self._client,
+            timestamps,
             replica_id=self.config.replica_id,
-            topics=[ListOffsetsTopic(name=t, partitions=p) for t, p in by_topic.items()],
+            timeout_ms=self.config.request_timeout_ms,
         )
-        response = await self._client.send_expect(node_id, request, ListOffsetsResponse)
-        found: dict[TopicPartition, OffsetAndTimestamp] = {}
-        first_error: KafkaError | None = None
-        for topic in response.topics:
-            for part in topic.partitions:
-                tp = TopicPartition(topic.name, part.partition_index)
-                if part.error_code == ErrorCode.NONE:
-                    found[tp] = OffsetAndTimestamp(part.offset, part.timestamp, part.leader_epoch)
-                elif first_error is None:
-                    first_error = KafkaError(part.error_code, str(tp))
-        if first_error is not None:
-            if invalidates_metadata(first_error):
-                self._client.metadata.request_update()
-            if not first_error.retriable:
-                raise first_error
-        return found
 
     async def _reset_positions(self, partitions: Iterable[TopicPartition]) -> None:
         due: dict[TopicPartition, int] = {}
@@ -544,51 +454,3 @@ class Consumer:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
-
-
-def decode_fetched(
-    tp: TopicPartition, position: int, data: bytes, *, limit: int
-) -> tuple[list[ConsumerRecord], int]:
-    """The records at or after `position` in one partition's fetched bytes, and the position
-    after them.
-
-    Skips records below `position` and control batches; steps over offsets missing inside a
-    batch (compaction). Stops without error at a batch cut short by the fetch size, unless it is
-    the first one (then it alone exceeds `limit`: RecordTooLargeError). A batch that fails its
-    header or CRC checks raises CorruptRecordError.
-    """
-    records: list[ConsumerRecord] = []
-    pos = 0
-    end = len(data)
-    while pos < end:
-        if end - pos < LOG_OVERHEAD:
-            break  # a partial batch at the end: fetched whole next time
-        size = LOG_OVERHEAD + int.from_bytes(data[pos + 8 : pos + 12], "big", signed=True)
-        if size < RECORD_BATCH_OVERHEAD:
-            raise CorruptRecordError(f"batch of {size} bytes in a fetch of {tp}", pos)
-        if pos + size > end:
-            if pos == 0:
-                raise RecordTooLargeError(
-                    f"{tp}: the batch at offset {position} ({size} bytes) exceeds "
-                    f"max.partition.fetch.bytes={limit}"
-                )
-            break
-        header = validate_batch(data, pos)
-        next_offset = header.base_offset + header.last_offset_delta + 1
-        if next_offset > position and not header.is_control:
-            records += [
-                ConsumerRecord(
-                    tp.topic,
-                    tp.partition,
-                    record.offset,
-                    record.timestamp,
-                    record.key,
-                    record.value,
-                    record.headers,
-                )
-                for record in iter_records(data, pos, verify_crc=False)  # checked above
-                if record.offset >= position
-            ]
-        position = max(position, next_offset)
-        pos += size
-    return records, position

@@ -9,7 +9,7 @@ Flow. `send()` waits for the topic's metadata (up to max.block.ms), picks the pa
 murmur2 as Kafka's default partitioner; null keys: sticky, see partitioner.py), and appends
 the record to the partition's open batch in the accumulator (accumulator.py), returning a
 future. One sender task turns ready batches into Produce requests: it groups them by the
-partition's current leader, builds each batch's bytes once with `wire.records.build_batch`
+partition's current leader, builds each batch's bytes once with `wire.batch_builder.build_batch`
 (a retry resends the same bytes), and sends one request per leader; requests to different
 leaders overlap. It sleeps until the next linger deadline, retry backoff or delivery-timeout
 expiry, or until `send()`/a response wakes it.
@@ -56,6 +56,7 @@ from client.errors import (
 from client.partitioner import DefaultPartitioner
 from runtime.clock import NS_PER_MS
 from runtime.net.backoff import ExponentialBackoff
+from wire.batch_builder import build_batch
 from wire.errors import ErrorCode, KafkaError
 from wire.messages import (
     PartitionProduceData,
@@ -64,7 +65,7 @@ from wire.messages import (
     ProduceResponse,
     TopicProduceData,
 )
-from wire.records import CompressionType, build_batch
+from wire.records import CompressionType
 from wire.topic import TopicPartition
 
 _log = logging.getLogger(__name__)

@@ -45,6 +45,7 @@ from crc32c import crc32c
 from runtime.log.offset_index import OffsetIndex
 from runtime.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX
 from runtime.log.time_index import TimeIndex
+from wire.record_reader import iter_records
 from wire.records import (
     LOG_OVERHEAD,
     MAGIC_V2,
@@ -52,7 +53,6 @@ from wire.records import (
     RECORD_BATCH_OVERHEAD,
     CorruptRecordError,
     Record,
-    iter_records,
 )
 
 _HEADER: Final = struct.Struct(">qiibIhiqqqhii")

@@ -39,6 +39,7 @@ from runtime.log.segment import (
     SWAP_SUFFIX,
     offset_from_file_name,
 )
+from runtime.properties import config_from_properties
 from wire.topic import TopicPartition
 
 TOPIC_CONFIGS_FILE: Final = "topic-configs.json"
@@ -60,6 +61,14 @@ class CompactConfig:
     delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS
     log: LogConfig = field(default_factory=LogConfig)
 
+    def __post_init__(self) -> None:
+        for key, value in (
+            ("min.compaction.lag.ms", self.min_compaction_lag_ms),
+            ("delete.retention.ms", self.delete_retention_ms),
+        ):
+            if value < 0:
+                raise ValueError(f"{key} must be >= 0, got {value}")
+
     @property
     def compact(self) -> bool:
         return "compact" in self.cleanup_policy
@@ -67,20 +76,12 @@ class CompactConfig:
     @classmethod
     def from_properties(cls, props: Mapping[str, object]) -> CompactConfig:
         log = LogConfig.from_properties(props)  # validates cleanup.policy and segment settings
-        lag = _non_negative(props, "min.compaction.lag.ms", DEFAULT_MIN_COMPACTION_LAG_MS)
-        retention = _non_negative(props, "delete.retention.ms", DEFAULT_DELETE_RETENTION_MS)
-        return cls(log.cleanup_policy, lag, retention, log)
-
-
-def _non_negative(props: Mapping[str, object], key: str, default: int) -> int:
-    raw = props.get(key, default)
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        raise CompactError(f"{key}: expected an integer, got {raw!r}") from None
-    if value < 0:
-        raise CompactError(f"{key} must be >= 0, got {value}")
-    return value
+        try:
+            return config_from_properties(cls, props, cleanup_policy=log.cleanup_policy, log=log)
+        except ValueError as exc:
+            # A compaction setting that cannot be read or is out of range refuses the pass like
+            # any other bad input; LogConfig's ValueErrors get the topic from resolve_config.
+            raise CompactError(str(exc)) from None
 
 
 def read_topic_configs(data_dir: Path) -> dict[str, dict[str, object]]:

@@ -59,7 +59,9 @@ from runtime.log.config import LogConfig
 from runtime.log.file_batches import FileBatches
 from runtime.log.index_file import INT32_MAX
 from runtime.log.segment import LOG_SUFFIX, LogSegment, file_name_prefix
-from wire.records import BatchHeader, Record, build_records_batch, iter_records, read_header
+from wire.batch_builder import build_records_batch
+from wire.record_reader import iter_records
+from wire.records import BatchHeader, Record, read_header
 
 DELETE_HORIZON_BIT: Final = 0x40
 _ATTRIBUTES_AT: Final = 21

@@ -20,27 +20,21 @@ packed into one task as Spark's file sources pack small files (option ``min_part
 1, spreads the bytes over at least that many tasks). ``read`` yields Arrow record batches of at
 most ``CHUNK_ROWS`` rows, built column-wise from the scan's tuples.
 
-The checkpoint files of the log dirs (offset checkpoints, leader-epoch-checkpoint,
-partition.metadata) are small: `offset_checkpoints_df`, `leader_epochs_df` and
-`partition_metadata_df` read them on the driver into small DataFrames, over plain readers
-(`read_offset_checkpoints`, ...) that the verify job also uses directly.
-
-Layout discovery (`discover`) runs on the driver and only lists directories; tasks open the
-files. Nothing here holds mutable shared state: no locks.
+What the paths stand for (`offline.data_dirs.discover`) is found on the driver, which only lists
+directories; tasks open the files. The log dirs' small checkpoint files are read on the driver
+into small DataFrames by `offline.checkpoint_tables`, not through this source. Nothing here
+holds mutable shared state: no locks.
 """
 
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
@@ -51,6 +45,7 @@ from offline.batch_scan import (
     scan_records,
     scan_segment,
 )
+from offline.data_dirs import SegmentFile, discover
 from offline.schema import (
     BATCH_ARROW,
     COMPRESSION_NAMES,
@@ -59,25 +54,7 @@ from offline.schema import (
     RECORD_ARROW,
     arrow_schema,
 )
-from offline.verify_checks import index_readable_rows, segment_index_findings
-from runtime.log.checkpoints import (
-    CLEANER_OFFSET_CHECKPOINT,
-    LEADER_EPOCH_CHECKPOINT,
-    LOG_START_OFFSET_CHECKPOINT,
-    PARTITION_METADATA,
-    RECOVERY_POINT_CHECKPOINT,
-    REPLICATION_OFFSET_CHECKPOINT,
-    LeaderEpochCheckpointFile,
-    OffsetCheckpointFile,
-    PartitionMetadataFile,
-)
-from runtime.log.manager import CLEAN_SHUTDOWN_FILE
-from runtime.log.partition_dir import (
-    is_delete_dir,
-    is_ignored_dir,
-)
-from runtime.log.segment import LOG_SUFFIX, offset_from_file_name
-from wire.topic import TopicPartition
+from offline.verify_index_checks import index_readable_rows, segment_index_findings
 
 FORMAT: Final = "ketch"
 VERIFY_LEVEL: Final = "verify"  # `ketch verify`'s working table (`VERIFY_SCHEMA`, below)
@@ -86,110 +63,6 @@ CHUNK_ROWS: Final = 4096
 # What opening a file is worth in bytes when packing small segments into one task (Spark's
 # spark.sql.files.openCostInBytes default).
 OPEN_COST_BYTES: Final = 4 << 20
-BROKER_DIR_RE: Final = re.compile(r"broker-\d+")
-OFFSET_CHECKPOINTS: Final = (
-    REPLICATION_OFFSET_CHECKPOINT,
-    RECOVERY_POINT_CHECKPOINT,
-    LOG_START_OFFSET_CHECKPOINT,
-    CLEANER_OFFSET_CHECKPOINT,
-)
-# Files that only a broker log dir holds: a dir with one of them is a log dir even when empty.
-_LOG_DIR_MARKERS: Final = (*OFFSET_CHECKPOINTS, CLEAN_SHUTDOWN_FILE, ".lock")
-
-
-# -- layout discovery -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class SegmentFile:
-    broker_dir: str
-    topic: str
-    partition: int
-    segment: int  # base offset, from the file name
-    path: str
-    size_bytes: int
-
-
-def _is_segment_file(path: Path) -> bool:
-    if not path.name.endswith(LOG_SUFFIX) or path.name.count(".") != 1:
-        return False  # .log.deleted / .log.swap / .log.cleaned are not live segments
-    try:
-        offset_from_file_name(path.name)
-    except ValueError:
-        return False
-    return True
-
-
-def _is_partition_dir_name(name: str) -> bool:
-    if is_delete_dir(name) or is_ignored_dir(name):
-        return False
-    try:
-        TopicPartition.from_dir_name(name)
-    except ValueError:
-        return False
-    return True
-
-
-def _is_log_dir(path: Path) -> bool:
-    return any((path / marker).exists() for marker in _LOG_DIR_MARKERS) or any(
-        child.is_dir() for child in path.iterdir()
-    )
-
-
-def broker_dirs_of(data_dir: str | Path) -> list[Path]:
-    """The broker log dirs a path stands for: the ``broker-<id>`` dirs of a cluster data dir,
-    else the path itself. Raises FileNotFoundError / NotADirectoryError."""
-    path = Path(data_dir).resolve()
-    if not path.exists():
-        raise FileNotFoundError(f"{data_dir}: no such directory")
-    if not path.is_dir():
-        raise NotADirectoryError(f"{data_dir}: not a directory")
-    brokers = sorted(c for c in path.iterdir() if c.is_dir() and BROKER_DIR_RE.fullmatch(c.name))
-    return brokers or [path]
-
-
-def partition_dirs_of(broker_dir: Path) -> list[Path]:
-    return sorted(c for c in broker_dir.iterdir() if c.is_dir() and _is_partition_dir_name(c.name))
-
-
-def _segments_in(broker_dir: Path, partition_dir: Path) -> list[SegmentFile]:
-    tp = TopicPartition.from_dir_name(partition_dir.name)
-    found = []
-    for child in partition_dir.iterdir():
-        if child.is_file() and _is_segment_file(child):
-            found.append(
-                SegmentFile(
-                    str(broker_dir),
-                    tp.topic,
-                    tp.partition,
-                    offset_from_file_name(child.name),
-                    str(child),
-                    child.stat().st_size,
-                )
-            )
-    return sorted(found)
-
-
-def discover(paths: Iterable[str | Path]) -> list[SegmentFile]:
-    """Every live segment file the paths stand for, sorted, without duplicates."""
-    found: set[SegmentFile] = set()
-    for raw in paths:
-        path = Path(raw).resolve()
-        if not path.exists():
-            raise FileNotFoundError(f"{raw}: no such file or directory")
-        if path.is_file():
-            if not _is_segment_file(path):
-                raise ValueError(f"{raw}: not a segment file (<20 digits>.log)")
-            found.update(
-                s for s in _segments_in(path.parent.parent, path.parent) if s.path == str(path)
-            )
-        elif _is_partition_dir_name(path.name) and not _is_log_dir(path):
-            found.update(_segments_in(path.parent, path))
-        else:
-            for broker_dir in broker_dirs_of(path):
-                for partition_dir in partition_dirs_of(broker_dir):
-                    found.update(_segments_in(broker_dir, partition_dir))
-    return sorted(found)
 
 
 # -- the data source ----------------------------------------------------------------------------
@@ -434,89 +307,6 @@ def index_level_batch(segment: SegmentFile) -> pa.RecordBatch:
         pa.array([e.problem for e in entries], pa.string()),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=INDEX_ARROW)
-
-
-# -- checkpoint files ---------------------------------------------------------------------------
-
-OFFSET_CHECKPOINT_SCHEMA: Final = StructType(
-    [
-        StructField("broker_dir", StringType(), False),
-        StructField("checkpoint", StringType(), False),  # the file name
-        StructField("topic", StringType(), False),
-        StructField("partition", IntegerType(), False),
-        StructField("offset", LongType(), False),
-    ]
-)
-LEADER_EPOCH_SCHEMA: Final = StructType(
-    [
-        StructField("broker_dir", StringType(), False),
-        StructField("topic", StringType(), False),
-        StructField("partition", IntegerType(), False),
-        StructField("epoch", IntegerType(), False),
-        StructField("start_offset", LongType(), False),
-    ]
-)
-PARTITION_METADATA_SCHEMA: Final = StructType(
-    [
-        StructField("broker_dir", StringType(), False),
-        StructField("topic", StringType(), False),
-        StructField("partition", IntegerType(), False),
-        StructField("topic_id", StringType(), True),
-    ]
-)
-
-
-def read_offset_checkpoints(broker_dir: Path) -> list[tuple[str, str, str, int, int]]:
-    """``(broker_dir, checkpoint file, topic, partition, offset)`` for every entry of the log
-    dir's offset checkpoints. Raises CorruptCheckpointError for a file that does not parse."""
-    rows = []
-    for name in OFFSET_CHECKPOINTS:
-        for tp, offset in sorted(OffsetCheckpointFile(broker_dir / name).read().items()):
-            rows.append((str(broker_dir), name, tp.topic, tp.partition, offset))
-    return rows
-
-
-def read_leader_epochs(partition_dir: Path) -> list[tuple[int, int]]:
-    """``(epoch, start offset)`` entries of a partition's leader-epoch-checkpoint."""
-    entries = LeaderEpochCheckpointFile(partition_dir / LEADER_EPOCH_CHECKPOINT).read()
-    return [(e.epoch, e.start_offset) for e in entries]
-
-
-def _all_partition_dirs(paths: Iterable[str | Path]) -> list[tuple[Path, Path]]:
-    return [
-        (broker_dir, partition_dir)
-        for path in paths
-        for broker_dir in broker_dirs_of(path)
-        for partition_dir in partition_dirs_of(broker_dir)
-    ]
-
-
-def offset_checkpoints_df(spark: SparkSession, paths: Iterable[str | Path]) -> DataFrame:
-    rows = [
-        row
-        for path in paths
-        for broker in broker_dirs_of(path)
-        for row in read_offset_checkpoints(broker)
-    ]
-    return spark.createDataFrame(rows, OFFSET_CHECKPOINT_SCHEMA)
-
-
-def leader_epochs_df(spark: SparkSession, paths: Iterable[str | Path]) -> DataFrame:
-    rows = []
-    for broker_dir, partition_dir in _all_partition_dirs(paths):
-        tp = TopicPartition.from_dir_name(partition_dir.name)
-        for epoch, start in read_leader_epochs(partition_dir):
-            rows.append((str(broker_dir), tp.topic, tp.partition, epoch, start))
-    return spark.createDataFrame(rows, LEADER_EPOCH_SCHEMA)
-
-
-def partition_metadata_df(spark: SparkSession, paths: Iterable[str | Path]) -> DataFrame:
-    rows = []
-    for broker_dir, partition_dir in _all_partition_dirs(paths):
-        tp = TopicPartition.from_dir_name(partition_dir.name)
-        topic_id = PartitionMetadataFile(partition_dir / PARTITION_METADATA).read()
-        rows.append((str(broker_dir), tp.topic, tp.partition, topic_id))
-    return spark.createDataFrame(rows, PARTITION_METADATA_SCHEMA)
 
 
 # -- the verify level ---------------------------------------------------------------------------

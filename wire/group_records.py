@@ -36,7 +36,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from wire.records import build_batch, iter_batches, iter_records
+from wire.batch_builder import build_batch
+from wire.record_reader import iter_records
+from wire.records import iter_batches
 
 OFFSETS_TOPIC: Final = "__consumer_offsets"
 

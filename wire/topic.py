@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from wire.messages.base import ZERO_UUID
+from wire.messages.fields import ZERO_UUID
 
 MAX_TOPIC_NAME_LENGTH: Final = 249
 _TOPIC_RE: Final = re.compile(r"[a-zA-Z0-9._-]+")

@@ -9,11 +9,11 @@ clients, the timers' ticks, and answers to the requests the controller sent.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from runtime.actor import Ask
-from runtime.properties import bool_property, int_property
+from runtime.properties import config_from_properties, property_metadata
 from wire.messages import (
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
@@ -39,7 +39,7 @@ DEFAULT_CONTROLLER_ID: Final = 3_000
 class ControllerConfig:
     """The controller's settings under Kafka's property names, with Kafka's defaults."""
 
-    controller_id: int = DEFAULT_CONTROLLER_ID  # node.id
+    controller_id: int = field(default=DEFAULT_CONTROLLER_ID, metadata=property_metadata("node.id"))
     cluster_id: str | None = None  # cluster.id: registrations must match when set
     broker_session_timeout_ms: int = 9_000
     broker_heartbeat_interval_ms: int = 2_000
@@ -81,41 +81,8 @@ class ControllerConfig:
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, object]) -> ControllerConfig:
-        d = cls()
-        cluster_id = properties.get("cluster.id")
-        return cls(
-            controller_id=int_property(properties, "node.id", d.controller_id),
-            cluster_id=None if cluster_id is None else str(cluster_id),
-            broker_session_timeout_ms=int_property(
-                properties, "broker.session.timeout.ms", d.broker_session_timeout_ms
-            ),
-            broker_heartbeat_interval_ms=int_property(
-                properties, "broker.heartbeat.interval.ms", d.broker_heartbeat_interval_ms
-            ),
-            unclean_leader_election_enable=bool_property(
-                properties, "unclean.leader.election.enable", d.unclean_leader_election_enable
-            ),
-            auto_leader_rebalance_enable=bool_property(
-                properties, "auto.leader.rebalance.enable", d.auto_leader_rebalance_enable
-            ),
-            leader_imbalance_check_interval_seconds=int_property(
-                properties,
-                "leader.imbalance.check.interval.seconds",
-                d.leader_imbalance_check_interval_seconds,
-            ),
-            leader_imbalance_per_broker_percentage=int_property(
-                properties,
-                "leader.imbalance.per.broker.percentage",
-                d.leader_imbalance_per_broker_percentage,
-            ),
-            num_partitions=int_property(properties, "num.partitions", d.num_partitions),
-            default_replication_factor=int_property(
-                properties, "default.replication.factor", d.default_replication_factor
-            ),
-            metadata_snapshot_records=int_property(
-                properties, "metadata.snapshot.records", d.metadata_snapshot_records
-            ),
-        )
+        """Read Kafka's property names; other keys belong to other parts of the node."""
+        return config_from_properties(cls, properties)
 
 
 # -- requests from brokers (asked by the controller node's request handlers) ----------------------

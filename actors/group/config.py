@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Final, Self
 
-from runtime.properties import int_property
+from runtime.properties import config_from_properties
 
 _MINUTE_MS: Final = 60_000
 
@@ -38,19 +38,6 @@ class GroupCoordinatorConfig:
     # offsets.load.buffer.size: bytes read per step while loading an offsets partition.
     offsets_load_buffer_size: int = 5_242_880
 
-    PROPERTIES = (
-        "offsets.topic.num.partitions",
-        "offsets.topic.replication.factor",
-        "group.initial.rebalance.delay.ms",
-        "group.min.session.timeout.ms",
-        "group.max.session.timeout.ms",
-        "group.max.size",
-        "offsets.retention.minutes",
-        "offsets.retention.check.interval.ms",
-        "offsets.commit.timeout.ms",
-        "offsets.load.buffer.size",
-    )
-
     def __post_init__(self) -> None:
         for spec in fields(self):
             value = getattr(self, spec.name)
@@ -70,12 +57,4 @@ class GroupCoordinatorConfig:
     @classmethod
     def from_properties(cls, props: Mapping[str, object]) -> Self:
         """The coordinator's keys of a node's property map (other keys are not its own)."""
-        defaults = cls()
-        return cls(
-            **{
-                key.replace(".", "_"): int_property(
-                    props, key, getattr(defaults, key.replace(".", "_"))
-                )
-                for key in cls.PROPERTIES
-            }
-        )
+        return config_from_properties(cls, props)

@@ -1,10 +1,9 @@
-"""Delayed produce and fetch, and the broker's two purgatories with their wake-up rules.
+"""The broker's two purgatories, for delayed produces and delayed fetches, and their wake-up rules.
 
-`DelayedProduce` (actors/replication/delayed_produce.py) and `DelayedFetch`
-(actors/replication/delayed_fetch.py) are
-re-exported here. `DelayedOperations` holds the produce and fetch purgatories of one broker and
-names which keys each kind of partition change must check (DESIGN.md, "Timer wheel and
-purgatory"):
+The operations themselves are `DelayedProduce` (actors/replication/delayed_produce.py) and
+`DelayedFetch` (actors/replication/delayed_fetch.py). `DelayedOperations` holds the produce and
+fetch purgatories of one broker and names which keys each kind of partition change must check
+(DESIGN.md, "Timer wheel and purgatory"):
 
     high watermark advanced   PRODUCE and CONSUMER_FETCH keys (acks=all waits, consumer polls)
     leader appended           FOLLOWER_FETCH keys (followers read up to the LEO)
@@ -20,40 +19,12 @@ ReplicaManager on their behalf, report changes). No method awaits, so each runs 
 
 from __future__ import annotations
 
-from actors.replication.delayed_fetch import (
-    CONSUMER_REPLICA_ID,
-    DelayedFetch,
-    FetchParams,
-    FetchPartitionStatus,
-    FetchWakeReason,
-    partition_progress,
-)
-from actors.replication.delayed_produce import (
-    DelayedProduce,
-    ProducePartitionStatus,
-    ProduceResults,
-    acks_outcome,
-    build_produce_response,
-)
+from actors.replication.delayed_fetch import DelayedFetch
+from actors.replication.delayed_produce import DelayedProduce
 from actors.views import TopicPartitionKey, WatchKind
 from runtime.clock import Clock
 from runtime.purgatory import DEFAULT_PURGE_INTERVAL, Purgatory
 from wire.topic import TopicPartition
-
-__all__ = [
-    "CONSUMER_REPLICA_ID",
-    "DelayedFetch",
-    "DelayedOperations",
-    "DelayedProduce",
-    "FetchParams",
-    "FetchPartitionStatus",
-    "FetchWakeReason",
-    "ProducePartitionStatus",
-    "ProduceResults",
-    "acks_outcome",
-    "build_produce_response",
-    "partition_progress",
-]
 
 
 class DelayedOperations:
@@ -90,8 +61,7 @@ class DelayedOperations:
         return self.high_watermark_advanced(tp) + self.leader_appended(tp)
 
     # The PartitionListener protocol of actors/replication/partition.py, so a partition actor can
-    # wake the
-    # purgatories directly; the methods above also say how many operations completed.
+    # wake the purgatories directly; the methods above also say how many operations completed.
 
     def on_high_watermark_advanced(self, topic_partition: TopicPartition) -> None:
         self.high_watermark_advanced(topic_partition)

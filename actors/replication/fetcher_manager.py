@@ -1,8 +1,8 @@
 """`ReplicaFetcherManager`: the broker's replica fetchers, one per (source broker, fetcher id).
 
-It implements `actors.replication.fetcher.FetcherControl` for the ReplicaManager. A partition goes
-to fetcher
-id `abs(31 * java_hash(topic) + partition) % num.replica.fetchers` of its leader's broker, as in
+It implements `FetcherControl`, the ReplicaManager's only way to drive the fetchers (tests give
+the ReplicaManager a fake one). A partition goes to fetcher id
+`abs(31 * java_hash(topic) + partition) % num.replica.fetchers` of its leader's broker, as in
 Kafka's AbstractFetcherManager, so the spread over fetchers is the same in every process.
 
 State and why no lock is needed: the fetcher table and the partition -> fetcher routing are
@@ -18,15 +18,11 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol
 
-from actors.replication.fetcher import (
-    BrokerEndpoint,
-    FetcherClient,
-    InitialFetchState,
-    PartitionLookup,
-    ReplicaFetcher,
-    ReplicaFetcherConfig,
-)
+from actors.replication.config import ReplicaFetcherConfig
+from actors.replication.fetch_state import BrokerEndpoint, InitialFetchState
+from actors.replication.fetcher import FetcherClient, PartitionLookup, ReplicaFetcher
 from runtime.clock import Clock
 from wire.topic import TopicPartition
 
@@ -37,6 +33,23 @@ ClientFactory = Callable[[BrokerEndpoint, int], FetcherClient]
 """Makes the client of one fetcher (leader endpoint, fetcher id); the fetcher owns and closes
 it. One client per fetcher gives each its own connection, so one fetcher's long poll never
 queues behind another's on the same connection (Kafka gives each fetcher thread its own)."""
+
+
+class FetcherControl(Protocol):
+    """What the ReplicaManager asks of the fetchers; synchronous add and remove, so a handler's
+    fetcher changes happen in one step with the state change that caused them."""
+
+    def add_partitions(
+        self, leader: BrokerEndpoint, partitions: Mapping[TopicPartition, InitialFetchState]
+    ) -> None: ...
+
+    def remove_partitions(self, partitions: Iterable[TopicPartition]) -> None: ...
+
+    async def shutdown_idle(self) -> None:
+        """Stop fetchers with no partitions left."""
+        ...
+
+    async def shutdown(self) -> None: ...
 
 
 def java_string_hash(text: str) -> int:

@@ -7,7 +7,7 @@ read the published `PartitionView`, an immutable snapshot replaced whole after e
 
 State owned (all private to the actor's task):
 * the `Log` (opened by the caller, closed by the caller; the actor only reads and writes it);
-* role (a transition table, `_ROLE_MOVES`), leader id, leader epoch, partition epoch, replicas;
+* role (moved only along `ROLE_MOVES`), leader id, leader epoch, partition epoch, replicas;
 * the committed ISR and at most one pending AlterPartition proposal. While an expansion is
   pending the high watermark and acks=all count the *maximal* ISR (committed plus the joining
   replica), while a shrink is pending the old ISR: the leader must act as if both the old and the
@@ -27,6 +27,15 @@ Behaviour follows seeds 000/002/003 with the later Kafka fixes of DESIGN.md:
 A log failure (OSError) makes the actor's state untrustworthy: the partition goes OFFLINE and the
 handler raises `ActorFatalError`, so the supervisor (the node) takes over, as Kafka marks a
 partition offline on a log-dir failure.
+
+What is not state ownership lives beside it, as pure functions this actor applies to its state:
+the role table and the epoch fences (actors/replication/leadership.py); the ISR and
+high-watermark rules — maximal ISR, joining, shrinking, min.insync.replicas before an append,
+what an AlterPartition answer means (actors/replication/isr.py); the ListOffsets answer
+(actors/replication/list_offsets.py); the settings (`PartitionConfig`,
+actors/replication/config.py). Why this module still runs over ~500 lines: it is one actor's
+state and the handlers that change it, which share every field (role, epochs, ISR, pending
+proposal, HW); cutting the handlers apart would scatter that one owner's state over files.
 """
 
 from __future__ import annotations
@@ -34,19 +43,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Final, Protocol
+from collections.abc import Callable, Iterator
+from typing import Protocol
 
 from actors.replication.alter_partition import AlterPartitionSink, IsrProposal, IsrProposalResult
+from actors.replication.config import PartitionConfig
+from actors.replication.isr import (
+    IsrAnswer,
+    PendingIsrChange,
+    enough_replicas_for_append,
+    high_watermark_candidate,
+    isr_expansion,
+    isr_shrink,
+    judge_alter_partition,
+    maximal_isr,
+    next_high_watermark,
+)
+from actors.replication.leadership import leader_and_isr_fence, next_role, read_fence
+from actors.replication.list_offsets import offset_for_timestamp
 from actors.replication.partition_messages import (
-    ACKS_ALL,
-    ACKS_LEADER,
-    ACKS_NONE,
-    EARLIEST_TIMESTAMP,
-    LATEST_TIMESTAMP,
     NO_EPOCH,
-    NO_TIMESTAMP,
     AlterPartitionCompleted,
     AppendAsFollower,
     AppendAsLeader,
@@ -79,43 +95,11 @@ from runtime.log.errors import (
 )
 from runtime.log.log import Log
 from runtime.log.offsets import LogOffsetMetadata
-from runtime.properties import int_property
 from wire.errors import ErrorCode
 from wire.records import CorruptRecordError
 from wire.topic import TopicPartition
 
 log = logging.getLogger(__name__)
-
-# -- configuration --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionConfig:
-    """replica.lag.time.max.ms and min.insync.replicas, with Kafka's defaults."""
-
-    replica_lag_time_max_ms: int = 30_000
-    min_insync_replicas: int = 1
-
-    def __post_init__(self) -> None:
-        if self.replica_lag_time_max_ms < 1:
-            raise ValueError(
-                f"replica.lag.time.max.ms must be >= 1: {self.replica_lag_time_max_ms}"
-            )
-        if self.min_insync_replicas < 1:
-            raise ValueError(f"min.insync.replicas must be >= 1: {self.min_insync_replicas}")
-
-    @classmethod
-    def from_properties(cls, properties: Mapping[str, object]) -> PartitionConfig:
-        """Read Kafka's property names; other keys are ignored (they belong to other parts)."""
-        values: dict[str, int] = {}
-        for key, field_name in (
-            ("replica.lag.time.max.ms", "replica_lag_time_max_ms"),
-            ("min.insync.replicas", "min_insync_replicas"),
-        ):
-            if key in properties:
-                values[field_name] = int_property(properties, key, 0)
-        return cls(**values)
-
 
 # -- the listener ---------------------------------------------------------------------------------
 
@@ -165,55 +149,6 @@ class _NoListener:
 
     def on_leadership_changed(self, topic_partition: TopicPartition) -> None:
         pass
-
-
-# -- role transitions -----------------------------------------------------------------------------
-
-
-class IllegalRoleTransitionError(RuntimeError):
-    """A move the role table forbids: a bug in the caller or in this actor."""
-
-
-# LEADER -> LEADER and FOLLOWER -> FOLLOWER are new epochs of the same role. OFFLINE is final: an
-# offline partition's actor is stopped and a new one is created if the replica comes back.
-_ROLE_MOVES: Final[dict[Role, frozenset[Role]]] = {
-    Role.NONE: frozenset({Role.LEADER, Role.FOLLOWER, Role.OFFLINE}),
-    Role.LEADER: frozenset({Role.LEADER, Role.FOLLOWER, Role.OFFLINE}),
-    Role.FOLLOWER: frozenset({Role.LEADER, Role.FOLLOWER, Role.OFFLINE}),
-    Role.OFFLINE: frozenset(),
-}
-
-
-def next_role(current: Role, target: Role) -> Role:
-    if target not in _ROLE_MOVES[current]:
-        raise IllegalRoleTransitionError(f"role {current.value} -> {target.value} is not allowed")
-    return target
-
-
-# -- pending ISR change ---------------------------------------------------------------------------
-
-# AlterPartition errors after which the controller guarantees it did not apply the proposal and
-# the partition epoch is current: it is safe to fall back to the committed ISR and retry later.
-_REVERT_ERRORS: Final = frozenset({ErrorCode.OPERATION_NOT_ATTEMPTED, ErrorCode.INELIGIBLE_REPLICA})
-# Errors saying this leader's view is outdated: keep the proposal pending (no further ISR change)
-# until newer state arrives in LeaderAndIsr. Any other error is a failed attempt: resubmit.
-_WAIT_FOR_METADATA_ERRORS: Final = frozenset(
-    {
-        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-        ErrorCode.UNKNOWN_TOPIC_ID,
-        ErrorCode.FENCED_LEADER_EPOCH,
-        ErrorCode.INVALID_UPDATE_VERSION,
-        ErrorCode.INVALID_REQUEST,
-        ErrorCode.NEW_LEADER_ELECTED,
-    }
-)
-
-
-@dataclass(frozen=True, slots=True)
-class PendingIsrChange:
-    proposal: IsrProposal
-    # The ISR the leader counts while waiting: committed + joiner (expand), committed (shrink).
-    maximal_isr: tuple[int, ...]
 
 
 # -- the actor ------------------------------------------------------------------------------------
@@ -278,7 +213,7 @@ class PartitionActor(Actor):
 
     @property
     def _maximal_isr(self) -> tuple[int, ...]:
-        return self._pending.maximal_isr if self._pending is not None else self._isr
+        return maximal_isr(self._isr, self._pending)
 
     # -- LeaderAndIsr -------------------------------------------------------------------------
 
@@ -345,17 +280,15 @@ class PartitionActor(Actor):
     def _check_epochs(self, state: PartitionState) -> LeadershipResult | None:
         """None when `state` is newer than what was applied and must be applied."""
         assert self.local_broker_id in state.replicas, (self.name, state)
-        if self._role is Role.NONE:
+        applied = None if self._role is Role.NONE else (self._leader_epoch, self._partition_epoch)
+        error = leader_and_isr_fence(applied, state.epochs)
+        if error is None:
             return None
-        applied = (self._leader_epoch, self._partition_epoch)
-        if state.epochs < applied:
+        if error is ErrorCode.STALE_CONTROLLER_EPOCH:
             log.info(
                 "%s: refusing state at epochs %s, older than %s", self.name, state.epochs, applied
             )
-            return LeadershipResult(ErrorCode.STALE_CONTROLLER_EPOCH)
-        if state.epochs == applied:
-            return LeadershipResult(ErrorCode.NONE, changed=False)
-        return None
+        return LeadershipResult(error)
 
     def _apply_assignment(self, state: PartitionState) -> None:
         """Take the controller's replicas and ISR; whatever was pending is superseded by it."""
@@ -371,10 +304,8 @@ class PartitionActor(Actor):
     def _append_as_leader(self, message: AppendAsLeader) -> LeaderAppendResult:
         if self._role is not Role.LEADER:
             return LeaderAppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        if message.required_acks not in (ACKS_NONE, ACKS_LEADER, ACKS_ALL):
-            return LeaderAppendResult(ErrorCode.INVALID_REQUIRED_ACKS)
         min_isr = message.min_insync_replicas or self._config.min_insync_replicas
-        if message.required_acks == ACKS_ALL and len(self._maximal_isr) < min_isr:
+        if not enough_replicas_for_append(message.required_acks, self._maximal_isr, min_isr):
             return LeaderAppendResult(ErrorCode.NOT_ENOUGH_REPLICAS)
         with self._log_io("leader append"):
             try:
@@ -429,16 +360,9 @@ class PartitionActor(Actor):
     def _check_fetch_permission(
         self, current_leader_epoch: int, leader_only: bool
     ) -> ErrorCode | None:
-        # KIP-320 first: a fetcher with an older epoch is fenced; one with a newer epoch is ahead
-        # of this replica, which has not heard of the new leadership yet.
-        if current_leader_epoch != NO_EPOCH:
-            if current_leader_epoch < self._leader_epoch:
-                return ErrorCode.FENCED_LEADER_EPOCH
-            if current_leader_epoch > self._leader_epoch:
-                return ErrorCode.UNKNOWN_LEADER_EPOCH
-        if self._role is Role.LEADER or (self._role is Role.FOLLOWER and not leader_only):
-            return None
-        return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return read_fence(
+            self._role, self._leader_epoch, current_leader_epoch, leader_only=leader_only
+        )
 
     def _read_result(
         self,
@@ -473,17 +397,17 @@ class PartitionActor(Actor):
     # -- ISR ----------------------------------------------------------------------------------
 
     def _maybe_expand_isr(self, replica: RemoteReplica) -> None:
-        if self._pending is not None or replica.broker_id in self._isr:
+        if self._pending is not None:
+            return  # one change at a time (KIP-497)
+        new_isr = isr_expansion(
+            self._isr,
+            replica,
+            high_watermark=self._log.high_watermark,
+            leader_epoch_start_offset=self._leader_epoch_start_offset,
+            is_eligible=self._is_eligible,
+        )
+        if new_isr is None:
             return
-        end = replica.log_end_offset_value
-        # KAFKA-7128: reaching the HW is not enough. A follower below the start of this epoch may
-        # still hold records of an older epoch that this leader does not have; joining the ISR
-        # then could make it an eligible leader with a diverged log.
-        if end < self._log.high_watermark or end < self._leader_epoch_start_offset:
-            return
-        if not self._is_eligible(replica.broker_id):
-            return
-        new_isr = (*self._isr, replica.broker_id)
         log.info("%s: expanding ISR %s -> %s", self.name, self._isr, new_isr)
         self._propose(new_isr, maximal_isr=new_isr)
 
@@ -491,21 +415,16 @@ class PartitionActor(Actor):
     def _maybe_shrink_isr(self, message: MaybeShrinkIsr) -> bool:
         if self._role is not Role.LEADER or self._pending is not None:
             return False
-        now_ms = self.clock.monotonic_ms()
-        leader_end_offset = self._log.log_end_offset
-        lag_ms = self._config.replica_lag_time_max_ms
-        out_of_sync = {
-            r
-            for r in self._isr
-            if r != self.local_broker_id  # the leader never removes itself
-            and (
-                (replica := self._remote.get(r)) is None
-                or not replica.is_caught_up(leader_end_offset, now_ms, lag_ms)
-            )
-        }
-        if not out_of_sync:
+        new_isr = isr_shrink(
+            self._isr,
+            self.local_broker_id,
+            self._remote,
+            leader_end_offset=self._log.log_end_offset,
+            now_ms=self.clock.monotonic_ms(),
+            max_lag_ms=self._config.replica_lag_time_max_ms,
+        )
+        if new_isr is None:
             return False
-        new_isr = tuple(r for r in self._isr if r not in out_of_sync)
         log.info("%s: shrinking ISR %s -> %s", self.name, self._isr, new_isr)
         # The HW stays computed over the old ISR until the controller commits the shrink: if the
         # proposal failed, advancing it now would count records as committed that a remaining
@@ -554,33 +473,34 @@ class PartitionActor(Actor):
         if pending is None or pending.proposal is not message.proposal:
             return  # superseded by a LeaderAndIsr (or never ours): nothing to apply
         result = message.result
-        advanced = False
-        if result.error is ErrorCode.NONE:
-            if result.leader_epoch != self._leader_epoch:
-                log.info(
-                    "%s: ignoring AlterPartition result of epoch %d", self.name, result.leader_epoch
-                )
-            elif result.partition_epoch < self._partition_epoch:
-                log.info("%s: ignoring AlterPartition result of older partition epoch", self.name)
-            else:
-                self._count_isr_change(self._isr, result.isr)
-                self._isr = result.isr
-                self._partition_epoch = result.partition_epoch
-                self._pending = None
-                with self._log_io("high watermark"):
-                    advanced = self._maybe_increment_high_watermark(self.clock.monotonic_ms())
-        else:
+        answer = judge_alter_partition(
+            result, leader_epoch=self._leader_epoch, partition_epoch=self._partition_epoch
+        )
+        if result.error is not ErrorCode.NONE:
             self._isr_changes.mark_failed()
-            if result.error in _REVERT_ERRORS:
-                self._pending = None
-            elif result.error in _WAIT_FOR_METADATA_ERRORS:
-                log.info(
-                    "%s: AlterPartition %s; waiting for LeaderAndIsr", self.name, result.error.name
-                )
-            else:
-                # The sink gave up on one attempt (timeout, controller moved): the proposal is
-                # still valid, so it goes again; the sink owns the backoff between attempts.
-                self._submit(pending.proposal)
+        advanced = False
+        if answer is IsrAnswer.COMMIT:
+            self._count_isr_change(self._isr, result.isr)
+            self._isr = result.isr
+            self._partition_epoch = result.partition_epoch
+            self._pending = None
+            with self._log_io("high watermark"):
+                advanced = self._maybe_increment_high_watermark(self.clock.monotonic_ms())
+        elif answer is IsrAnswer.REVERT:
+            self._pending = None
+        elif answer is IsrAnswer.RESUBMIT:
+            self._submit(pending.proposal)
+        elif answer is IsrAnswer.OTHER_LEADER_EPOCH:
+            log.info(
+                "%s: ignoring AlterPartition result of epoch %d", self.name, result.leader_epoch
+            )
+        elif answer is IsrAnswer.OLDER_PARTITION_EPOCH:
+            log.info("%s: ignoring AlterPartition result of older partition epoch", self.name)
+        else:
+            assert answer is IsrAnswer.WAIT_FOR_METADATA, answer
+            log.info(
+                "%s: AlterPartition %s; waiting for LeaderAndIsr", self.name, result.error.name
+            )
         self._publish(high_watermark=advanced)
 
     def _count_isr_change(self, old: tuple[int, ...], new: tuple[int, ...]) -> None:
@@ -595,36 +515,25 @@ class PartitionActor(Actor):
     # -- high watermark -----------------------------------------------------------------------
 
     def _maybe_increment_high_watermark(self, now_ms: int) -> bool:
-        """Seed 000's maybeIncrementLeaderHW over the maximal ISR: the HW becomes the smallest
-        LEO among the maximal ISR and the replicas caught up within replica.lag.time.max.ms (a
-        follower about to join must not fall behind the HW again by being ignored), never lower
-        than it was. True when its offset advanced."""
+        """Move the leader's HW to what the maximal ISR and the caught-up replicas hold
+        (actors/replication/isr.py). True when its offset advanced."""
         if self._role is not Role.LEADER:
             return False
-        leader_end = self._log.log_end_offset_metadata
-        lag_ms = self._config.replica_lag_time_max_ms
-        maximal = self._maximal_isr
-        candidate = leader_end
-        for replica in self._remote.values():
-            end = replica.log_end_offset_value
-            if end >= candidate.message_offset:
-                continue
-            if replica.broker_id in maximal or (
-                replica.is_caught_up(leader_end.message_offset, now_ms, lag_ms)
-                and self._is_eligible(replica.broker_id)
-            ):
-                candidate = replica.log_end_offset
+        candidate = high_watermark_candidate(
+            self._log.log_end_offset_metadata,
+            self._remote.values(),
+            self._maximal_isr,
+            now_ms=now_ms,
+            max_lag_ms=self._config.replica_lag_time_max_ms,
+            is_eligible=self._is_eligible,
+        )
         old = self._hw_metadata
-        if candidate.message_offset > old.message_offset:
-            self._log.update_high_watermark(candidate.message_offset)
-            self._hw_metadata = candidate
+        new = next_high_watermark(old, candidate)
+        if new.message_offset > old.message_offset:
+            self._log.update_high_watermark(new.message_offset)
+            self._hw_metadata = new
             return True
-        if (
-            candidate.message_offset == old.message_offset
-            and old.message_offset_only
-            and not candidate.message_offset_only
-        ):
-            self._hw_metadata = candidate  # same offset, now with its segment position
+        self._hw_metadata = new  # the same offset, perhaps now with its segment position
         return False
 
     def _local_hw_metadata(self) -> LogOffsetMetadata:
@@ -748,33 +657,10 @@ class PartitionActor(Actor):
         )
         if error is not None:
             return OffsetForTimestampResult(error)
-        partition_log = self._log
-        is_consumer = message.replica_id < 0
-        last_fetchable = (
-            partition_log.high_watermark if is_consumer else partition_log.log_end_offset
-        )
-        # A new leader whose high watermark has not yet reached the start of its own epoch does
-        # not know what is committed: consumers must retry rather than get an offset that may be
-        # too low (Kafka's OFFSET_NOT_AVAILABLE, KIP-207).
-        not_available = (
-            is_consumer
-            and self._role is Role.LEADER
-            and self._leader_epoch_start_offset > partition_log.high_watermark
-        )
-        if message.timestamp == LATEST_TIMESTAMP:
-            if not_available:
-                return OffsetForTimestampResult(ErrorCode.OFFSET_NOT_AVAILABLE)
-            return OffsetForTimestampResult(
-                ErrorCode.NONE, NO_TIMESTAMP, last_fetchable, self._leader_epoch
-            )
-        found = partition_log.fetch_offset_by_timestamp(message.timestamp)
-        if found is None or (
-            message.timestamp != EARLIEST_TIMESTAMP and found.offset >= last_fetchable
-        ):
-            if not_available:
-                return OffsetForTimestampResult(ErrorCode.OFFSET_NOT_AVAILABLE)
-            return OffsetForTimestampResult(ErrorCode.NONE)
-        epoch = partition_log.epoch_cache.epoch_for_offset(found.offset)
-        return OffsetForTimestampResult(
-            ErrorCode.NONE, found.timestamp, found.offset, NO_EPOCH if epoch is None else epoch
+        return offset_for_timestamp(
+            self._log,
+            message,
+            role=self._role,
+            leader_epoch=self._leader_epoch,
+            leader_epoch_start_offset=self._leader_epoch_start_offset,
         )

@@ -19,8 +19,6 @@ from wire.messages.control import LeaderAndIsrPartitionState
 
 CONSUMER_REPLICA_ID = -1  # Kafka's replica id of a consumer's fetch
 NO_EPOCH = -1  # a request's current_leader_epoch of -1 skips the epoch check (KIP-320)
-EARLIEST_TIMESTAMP = -2  # ListOffsets: the log start
-LATEST_TIMESTAMP = -1  # ListOffsets: the end (the HW for consumers)
 NO_TIMESTAMP = -1
 UNKNOWN_OFFSET = -1
 ACKS_NONE, ACKS_LEADER, ACKS_ALL = 0, 1, -1
@@ -94,11 +92,18 @@ class LeaderAppendResult:
 
 @dataclass(frozen=True, slots=True)
 class AppendAsLeader(Ask[LeaderAppendResult]):
-    """`min_insync_replicas` overrides the actor's config (a topic-level setting) when given."""
+    """`min_insync_replicas` overrides the actor's config (a topic-level setting) when given.
+
+    A client's acks value is checked once, where requests enter (the request path answers
+    INVALID_REQUIRED_ACKS); a bad value here is a caller's bug."""
 
     records: Records
     required_acks: int = ACKS_ALL
     min_insync_replicas: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.required_acks not in (ACKS_NONE, ACKS_LEADER, ACKS_ALL):
+            raise ValueError(f"required_acks must be 0, 1 or -1, got {self.required_acks}")
 
 
 # -- fetch -------------------------------------------------------------------------------------

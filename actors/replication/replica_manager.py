@@ -5,9 +5,8 @@ Kafka's ReplicaManager guards LeaderAndIsr, StopReplica and UpdateMetadata with
 handled one at a time to completion (awaits included), so no lock is needed. It owns
 
 * the routing table `TopicPartition -> PartitionActor` (Kafka's allPartitions), published after
-  every change as an immutable mapping (`routes`) that the data path
-  (actors/replication/request_path.py)
-  and the replica fetchers read without asking;
+  every change as an immutable mapping (`routes`, actors/replication/routing.py) that the data
+  path (actors/replication/request_path.py) and the replica fetchers read without asking;
 * the `MetadataCache` (UpdateMetadata), the latest controller epoch, this broker's epoch;
 * the partitions whose fetcher waits for the leader's endpoint (`pending_fetchers`);
 * the replica fetchers, driven only through `FetcherControl` (synchronous add/remove, so a
@@ -23,6 +22,16 @@ UNKNOWN_TOPIC_OR_PARTITION when this broker is not a replica, STALE_CONTROLLER_E
 (leader epoch, partition epoch), NONE without change for a repeat; a new follower takes its role
 and epoch at once (so a deposed leader stops acknowledging writes) and truncates by leader epoch
 in its fetcher (KIP-101), and its fetcher starts only once the leader's endpoint is known.
+StopReplica stops a partition (and deletes its log when asked); UpdateMetadata refreshes the
+cache, stops the partitions of deleted topics and starts the fetchers that waited for an endpoint.
+
+Beside it: its messages (actors/replication/replica_manager_messages.py), its settings
+(`ReplicaManagerConfig`, actors/replication/config.py), the per-partition epoch fence it shares
+with the partition actor (actors/replication/leadership.py), and what is computed from the
+routes — the gauges and which leader each follower fetches from (actors/replication/routing.py).
+Why this module still runs over ~500 lines: it is one actor's state (partitions, routes, epochs,
+pending fetchers, topic overrides) and the three control handlers that change it together;
+splitting the handlers apart would scatter that one owner's state over files.
 """
 
 from __future__ import annotations
@@ -35,16 +44,13 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
 
-from actors.metadata_cache import (
-    DEFAULT_LISTENER,
-    MetadataCache,
-    MetadataSnapshot,
-    StaleControllerEpochError,
-)
+from actors.metadata_cache import MetadataCache, MetadataSnapshot, StaleControllerEpochError
 from actors.replication.alter_partition import AlterPartitionSink
+from actors.replication.config import ReplicaManagerConfig
 from actors.replication.delayed import DelayedOperations
-from actors.replication.fetcher import BrokerEndpoint, FetcherControl, InitialFetchState
-from actors.replication.partition import IsrChangeListener, PartitionActor, PartitionConfig
+from actors.replication.fetcher_manager import FetcherControl
+from actors.replication.leadership import leader_and_isr_fence
+from actors.replication.partition import IsrChangeListener, PartitionActor
 from actors.replication.partition_messages import (
     BecomeFollower,
     BecomeLeader,
@@ -52,24 +58,34 @@ from actors.replication.partition_messages import (
     MaybeShrinkIsr,
     PartitionState,
 )
+from actors.replication.replica_manager_messages import (
+    HandleLeaderAndIsr,
+    HandleStopReplica,
+    HandleUpdateMetadata,
+    SetBrokerEpoch,
+)
 from actors.replication.request_path import ask_partition
+from actors.replication.routing import (
+    EMPTY_ROUTES,
+    PartitionCounts,
+    Routes,
+    partition_counts,
+    route_followers,
+    tp_order,
+)
 from actors.views import PartitionView, Role
-from runtime.actor import Actor, Ask, MailboxClosed, MailboxFull, handles
+from runtime.actor import Actor, MailboxClosed, MailboxFull, handles
 from runtime.clock import Clock
 from runtime.log.errors import InconsistentTopicIdError
 from runtime.log.manager import LogManager
-from runtime.properties import int_property
 from wire.errors import ErrorCode
 from wire.messages import (
     LEADER_AND_ISR_FULL,
     LeaderAndIsrPartitionError,
-    LeaderAndIsrRequest,
     LeaderAndIsrResponse,
     StopReplicaPartitionError,
-    StopReplicaRequest,
     StopReplicaResponse,
     TopicConfigs,
-    UpdateMetadataRequest,
     UpdateMetadataResponse,
 )
 from wire.topic import TopicPartition, topic_id_text
@@ -82,81 +98,7 @@ NO_BROKER_EPOCH: Final = -1
 _STOP_ANY_EPOCH: Final = (-1, -2)
 
 
-# -- configuration -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ReplicaManagerConfig:
-    """Kafka's broker properties the ReplicaManager reads, with Kafka's defaults."""
-
-    broker_id: int
-    replica_lag_time_max_ms: int = 30_000
-    high_watermark_checkpoint_interval_ms: int = 5_000
-    min_insync_replicas: int = 1
-    inter_broker_listener: str = DEFAULT_LISTENER
-
-    def __post_init__(self) -> None:
-        if self.broker_id < 0:
-            raise ValueError(f"broker.id must be >= 0: {self.broker_id}")
-        if self.replica_lag_time_max_ms < 2:
-            raise ValueError(
-                f"replica.lag.time.max.ms must be >= 2: {self.replica_lag_time_max_ms}"
-            )
-        if self.high_watermark_checkpoint_interval_ms < 1:
-            raise ValueError(
-                "replica.high.watermark.checkpoint.interval.ms must be >= 1: "
-                f"{self.high_watermark_checkpoint_interval_ms}"
-            )
-
-    @classmethod
-    def from_properties(
-        cls, broker_id: int, properties: Mapping[str, object]
-    ) -> ReplicaManagerConfig:
-        """Read Kafka's property names; other keys belong to other parts and are ignored."""
-        defaults = cls(broker_id)
-        return cls(
-            broker_id,
-            replica_lag_time_max_ms=int_property(
-                properties, "replica.lag.time.max.ms", defaults.replica_lag_time_max_ms
-            ),
-            high_watermark_checkpoint_interval_ms=int_property(
-                properties,
-                "replica.high.watermark.checkpoint.interval.ms",
-                defaults.high_watermark_checkpoint_interval_ms,
-            ),
-            min_insync_replicas=int_property(
-                properties, "min.insync.replicas", defaults.min_insync_replicas
-            ),
-        )
-
-    @property
-    def partition_config(self) -> PartitionConfig:
-        return PartitionConfig(self.replica_lag_time_max_ms, self.min_insync_replicas)
-
-
 # -- messages ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class HandleLeaderAndIsr(Ask[LeaderAndIsrResponse]):
-    request: LeaderAndIsrRequest
-
-
-@dataclass(frozen=True, slots=True)
-class HandleStopReplica(Ask[StopReplicaResponse]):
-    request: StopReplicaRequest
-
-
-@dataclass(frozen=True, slots=True)
-class HandleUpdateMetadata(Ask[UpdateMetadataResponse]):
-    request: UpdateMetadataRequest
-
-
-@dataclass(frozen=True, slots=True)
-class SetBrokerEpoch(Ask[None]):
-    """The epoch this broker's registration returned; older control requests are refused."""
-
-    broker_epoch: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,31 +110,6 @@ class _PartitionFailed:
 
 LeadershipHook = Callable[[Sequence[TopicPartition], Sequence[TopicPartition]], None]
 DeletionHook = Callable[[Sequence[TopicPartition]], None]
-Routes = Mapping[TopicPartition, PartitionActor]
-_EMPTY_ROUTES: Routes = MappingProxyType({})
-
-
-def _epoch_verdict(view: PartitionView, state: PartitionState) -> ErrorCode | None:
-    """Seed 002's leader-epoch check from the published view: None when `state` is newer and
-    must be applied. The actor checks again (authoritatively); checking here first keeps a stale
-    or repeated request from touching fetchers at all."""
-    if view.role is Role.NONE or view.role is Role.OFFLINE:
-        return None
-    applied = (view.leader_epoch, view.partition_epoch)
-    if state.epochs < applied:
-        return ErrorCode.STALE_CONTROLLER_EPOCH
-    if state.epochs == applied:
-        return ErrorCode.NONE
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionCounts:
-    partitions: int  # hosted
-    leaders: int
-    under_replicated: int  # led, committed ISR smaller than the replica set
-    under_min_isr: int  # led, committed ISR smaller than min.insync.replicas
-    offline: int  # the log failed
 
 
 # -- the actor -----------------------------------------------------------------------------------
@@ -229,7 +146,7 @@ class ReplicaManager(Actor):
         self._isr_change_listener = isr_change_listener
         self._partitions: dict[TopicPartition, PartitionActor] = {}
         self._aborting = False
-        self._routes: Routes = _EMPTY_ROUTES
+        self._routes: Routes = EMPTY_ROUTES
         self._controller_epoch = -1
         self._broker_epoch = NO_BROKER_EPOCH
         self._pending_fetchers: set[TopicPartition] = set()
@@ -269,20 +186,7 @@ class ReplicaManager(Actor):
     def partition_counts(self) -> PartitionCounts:
         """Kafka's ReplicaManager gauges, from the published routes and views (no message):
         any task may call it, and what it reads is immutable."""
-        partitions = leaders = under_replicated = under_min_isr = offline = 0
-        for actor in self._routes.values():
-            view = actor.view
-            partitions += 1
-            if view.role is Role.OFFLINE:
-                offline += 1
-            elif view.is_leader:
-                leaders += 1
-                # Kafka's isUnderReplicated / isUnderMinIsr count the committed ISR.
-                if len(view.isr) < len(view.replicas):
-                    under_replicated += 1
-                if len(view.isr) < self.min_insync_replicas(view.topic_partition.topic):
-                    under_min_isr += 1
-        return PartitionCounts(partitions, leaders, under_replicated, under_min_isr, offline)
+        return partition_counts(self._routes, self.min_insync_replicas)
 
     def _publish_routes(self) -> None:
         self._routes = MappingProxyType(dict(self._partitions))
@@ -376,7 +280,7 @@ class ReplicaManager(Actor):
                 continue
             actor = self._partitions.get(tp)
             if actor is not None:
-                verdict = _epoch_verdict(actor.view, state)
+                verdict = _epoch_verdict(actor.view, state.epochs)
                 if verdict is not None:
                     errors[tp] = verdict
                     continue
@@ -438,7 +342,7 @@ class ReplicaManager(Actor):
         serving, but their logs stay on disk: deleting data on the strength of one request is
         the controller's call, made explicitly with StopReplica (delete) — Kafka's brokers
         likewise only log stray partitions found this way."""
-        for tp in sorted(set(self._partitions) - listed, key=_tp_order):
+        for tp in sorted(set(self._partitions) - listed, key=tp_order):
             log.warning("%s: %s is not in a FULL LeaderAndIsr: stray, stopped", self.name, tp)
             await self._stop_partition(tp)
 
@@ -548,28 +452,12 @@ class ReplicaManager(Actor):
     def _start_fetchers(self, tps: Iterable[TopicPartition]) -> None:
         """Add each follower to the fetcher of its leader if the leader's endpoint is known;
         keep the rest pending until an UpdateMetadata (or a newer LeaderAndIsr) brings it."""
-        snapshot = self._metadata.snapshot
-        by_leader: dict[BrokerEndpoint, dict[TopicPartition, InitialFetchState]] = {}
-        for tp in tps:
-            actor = self._partitions.get(tp)
-            view = None if actor is None else actor.view
-            if view is None or view.role is not Role.FOLLOWER:
-                self._pending_fetchers.discard(tp)
-                continue
-            endpoint = (
-                snapshot.endpoint(view.leader_id, self.config.inter_broker_listener)
-                if view.leader_id >= 0
-                else None
-            )
-            if endpoint is None:
-                self._pending_fetchers.add(tp)
-                continue
-            self._pending_fetchers.discard(tp)
-            leader = BrokerEndpoint(view.leader_id, endpoint.host, endpoint.port)
-            by_leader.setdefault(leader, {})[tp] = InitialFetchState(
-                view.log_end_offset.message_offset, view.leader_epoch
-            )
-        for leader, partitions in by_leader.items():
+        hosted = self._partitions
+        views = [(tp, None if (a := hosted.get(tp)) is None else a.view) for tp in tps]
+        routed = route_followers(views, self._metadata.snapshot, self.config.inter_broker_listener)
+        self._pending_fetchers.difference_update(tp for tp, _ in views)
+        self._pending_fetchers.update(routed.waiting)
+        for leader, partitions in routed.by_leader.items():
             self._fetchers.add_partitions(leader, partitions)
 
     # -- StopReplica --------------------------------------------------------------------------
@@ -652,7 +540,7 @@ class ReplicaManager(Actor):
         if deleted and self._on_partitions_deleted is not None:
             self._on_partitions_deleted(deleted)
         if self._pending_fetchers:
-            self._start_fetchers(sorted(self._pending_fetchers, key=_tp_order))
+            self._start_fetchers(sorted(self._pending_fetchers, key=tp_order))
         return UpdateMetadataResponse()
 
 
@@ -664,8 +552,14 @@ async def _ask_leadership(
     return await ask_partition(actor, message)
 
 
-def _tp_order(tp: TopicPartition) -> tuple[str, int]:
-    return tp.topic, tp.partition
+def _epoch_verdict(view: PartitionView, proposed: tuple[int, int]) -> ErrorCode | None:
+    """The LeaderAndIsr fence (actors/replication/leadership.py) on the published view. The
+    actor checks again (authoritatively); checking here first keeps a stale or repeated request
+    from touching fetchers at all."""
+    applied = None
+    if view.role is not Role.NONE and view.role is not Role.OFFLINE:
+        applied = (view.leader_epoch, view.partition_epoch)
+    return leader_and_isr_fence(applied, proposed)
 
 
 def _leader_and_isr_errors(
@@ -677,14 +571,3 @@ def _leader_and_isr_errors(
         )
         for tp in tps
     ]
-
-
-__all__ = [
-    "HandleLeaderAndIsr",
-    "HandleStopReplica",
-    "HandleUpdateMetadata",
-    "ReplicaManager",
-    "ReplicaManagerConfig",
-    "Routes",
-    "SetBrokerEpoch",
-]

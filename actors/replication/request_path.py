@@ -25,12 +25,10 @@ import asyncio
 from collections.abc import Callable, Iterable, Set
 from typing import Final, TypeVar
 
-from actors.replication.delayed import (
-    DelayedFetch,
-    DelayedOperations,
+from actors.replication.delayed import DelayedOperations
+from actors.replication.delayed_fetch import DelayedFetch, FetchParams, FetchPartitionStatus
+from actors.replication.delayed_produce import (
     DelayedProduce,
-    FetchParams,
-    FetchPartitionStatus,
     ProducePartitionStatus,
     ProduceResults,
     build_produce_response,
@@ -40,8 +38,6 @@ from actors.replication.partition_messages import (
     ACKS_ALL,
     ACKS_LEADER,
     ACKS_NONE,
-    EARLIEST_TIMESTAMP,
-    LATEST_TIMESTAMP,
     AppendAsLeader,
     FetchOffsetForTimestamp,
     LastOffsetForEpoch,
@@ -70,6 +66,10 @@ from wire.messages import (
     PartitionProduceResponse,
     ProduceRequest,
     ProduceResponse,
+)
+from wire.messages.data import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
 )
 from wire.topic import TopicPartition
 

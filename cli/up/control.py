@@ -28,8 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from cli.up.layout import SOCKET_NAME
-
+SOCKET_NAME: Final = "up.sock"  # in the data dir, beside node/layout.py's files
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2

@@ -2,13 +2,10 @@
 
     ketch up [--brokers 3] [--data-dir ./data] [--port 9092] [--kafka-port 19092] [--config F]
 
-Broker i listens on 127.0.0.1:<port+i> (the native protocol) and on 127.0.0.1:<kafka-port+i>
-(the Kafka wire protocol, for Kafka clients: `--kafka-listen`), the controller on
-127.0.0.1:<port+100>; `--kafka-port -1` runs the brokers without Kafka listeners. Each node's
-Prometheus endpoint is at port+200+i (the controller's at port+300). The data layout is
-cli/up/layout.py's. Each child is `python -m cli.main controller|broker ...` with its
-stdout and stderr appended to `<data-dir>/logs/<node>.log`, and with `--config F` passed on, so
-one TOML file configures every node. Children run in their own session: a Ctrl-C at the terminal
+The ports and the command line are cli/up/options.py's; the data layout and each node's command
+line are node/layout.py's (shared with testkit's process cluster). Each child is `python -m
+cli.main controller|broker ...` with its stdout and stderr appended to
+`<data-dir>/logs/<node>.log`. Children run in their own session: a Ctrl-C at the terminal
 reaches only the supervisor, which then stops the nodes in order. Should the supervisor itself be
 killed, Linux sends each child SIGTERM (PR_SET_PDEATHSIG), so no node outlives it holding the
 ports and log-dir locks the next `ketch up` needs.
@@ -28,10 +25,7 @@ cluster is stopping or the broker was stopped by `ketch cluster shutdown-broker`
 `ketch up` again on the same data dir restarts the same nodes on the same directories, so the
 controller replays its metadata log and the brokers recover their logs.
 
-Each child's state is a small machine (`ChildState`, transition table `_TRANSITIONS`): DOWN ->
-RUNNING on spawn; RUNNING -> STOPPING when asked to stop, -> BACKOFF when it died, -> DOWN when it
-exited while a stop was under way; STOPPING -> DOWN when it exited; BACKOFF -> RUNNING on respawn,
--> DOWN when a stop arrives during the wait.
+Each child's state is a small machine (cli/up/child.py).
 
 Ownership: everything runs on the supervisor's one event loop. Each child's state is changed only
 by its keeper task (spawn, wait, backoff) and by `_stop_child` / `_start_child`, which control
@@ -44,8 +38,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ctypes
-import enum
 import io
 import logging
 import os
@@ -53,13 +45,12 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Final
 
 from rich.console import Console
 from rich.table import Table
 
+from cli.up.child import Child, ChildState, describe_exit, die_with_parent
 from cli.up.control import (
     EXIT_USAGE,
     PING,
@@ -70,19 +61,14 @@ from cli.up.control import (
     decode_request,
     failed,
     ok,
+    socket_path,
     supervisor_running,
 )
-from cli.up.layout import (
-    CONTROLLER_NODE,
-    Layout,
-    NodeEntry,
-    broker_node,
-    cluster_document,
-    write_json_atomically,
-)
+from cli.up.options import UpOptions, add_up_arguments, child_specs, options_from_args
 from client.client import Client
 from client.config import ClientConfig
 from client.errors import ClientError
+from node.layout import Layout, NodeEntry, cluster_document, write_json_atomically
 from runtime.clock import SystemClock
 from runtime.net.tcp import TcpTransport, new_event_loop
 from runtime.net.transport import Address
@@ -92,23 +78,12 @@ from wire.messages import DescribeClusterRequest, DescribeClusterResponse
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 
-HOST: Final = "127.0.0.1"
-CONTROLLER_PORT_OFFSET: Final = 100
-KAFKA_OFF: Final = -1  # `--kafka-port -1`: no Kafka-protocol listeners
-# Each node's Prometheus endpoint (GET /metrics): broker i at port+200+i, the controller at
-# port+300.
-METRICS_PORT_OFFSET: Final = 200
-# The module each child runs with `python -m`; its `controller` and `broker` subcommands are
-# DESIGN.md's `ketch controller` / `ketch broker`.
-CHILD_MODULE: Final = "cli.main"
-
 READY_TIMEOUT_S: Final = 60.0
 STOP_TIMEOUT_S: Final = 60.0  # a controlled shutdown retries, but a hung child must not hang us
 RESTART_BACKOFF_S: Final = 0.5
 RESTART_BACKOFF_MAX_S: Final = 10.0
 STABLE_RUN_S: Final = 30.0
 POLL_INTERVAL_S: Final = 0.1
-_PR_SET_PDEATHSIG: Final = 1  # <linux/prctl.h>
 # The readiness poll talks to local brokers that either answer at once or are not up yet.
 _POLL_CLIENT_CONFIG: Final = ClientConfig(
     request_timeout_ms=2_000,
@@ -117,129 +92,6 @@ _POLL_CLIENT_CONFIG: Final = ClientConfig(
     reconnect_backoff_ms=50,
     reconnect_backoff_max_ms=200,
 )
-
-
-class ChildState(enum.Enum):
-    DOWN = "down"
-    RUNNING = "running"
-    STOPPING = "stopping"
-    BACKOFF = "restarting"
-
-
-_TRANSITIONS: Final[dict[ChildState, frozenset[ChildState]]] = {
-    ChildState.DOWN: frozenset({ChildState.RUNNING}),
-    ChildState.RUNNING: frozenset({ChildState.STOPPING, ChildState.BACKOFF, ChildState.DOWN}),
-    ChildState.STOPPING: frozenset({ChildState.DOWN}),
-    ChildState.BACKOFF: frozenset({ChildState.RUNNING, ChildState.DOWN}),
-}
-
-
-@dataclass(frozen=True, slots=True)
-class UpOptions:
-    brokers: int
-    data_dir: Path
-    port: int
-    kafka_port: int  # the base port of the Kafka listeners, or KAFKA_OFF
-    config: Path | None
-
-    def bindings(self) -> list[tuple[int, str]]:
-        """Every port the cluster's nodes bind, each with what binds it."""
-        controller_metrics = self.port + METRICS_PORT_OFFSET + CONTROLLER_PORT_OFFSET
-        used = [
-            (self.port + CONTROLLER_PORT_OFFSET, "the controller"),
-            (controller_metrics, "the controller's metrics"),
-        ]
-        for i in range(self.brokers):
-            used.append((self.port + i, f"broker {i}"))
-            used.append((self.port + METRICS_PORT_OFFSET + i, f"broker {i}'s metrics"))
-            if self.kafka_port != KAFKA_OFF:
-                used.append((self.kafka_port + i, f"broker {i}'s Kafka listener"))
-        return used
-
-
-@dataclass(frozen=True, slots=True)
-class ChildSpec:
-    node: str  # "controller" or "broker-<id>": the log file's name and the report's label
-    broker_id: int | None
-    address: Address
-    argv: tuple[str, ...]
-    log_file: Path
-    kafka_address: Address | None = None  # a broker's Kafka-protocol listener, when it has one
-
-
-@dataclass(slots=True)
-class Child:
-    spec: ChildSpec
-    state: ChildState = ChildState.DOWN
-    process: asyncio.subprocess.Process | None = None
-    wanted: bool = False  # should be running: False once stopped on purpose or when stopping
-    restarts: int = 0
-    keeper: asyncio.Task[None] | None = None
-    wake: asyncio.Event = field(default_factory=asyncio.Event)  # cuts a backoff wait short
-
-    def move(self, target: ChildState) -> None:
-        assert target in _TRANSITIONS[self.state], (self.spec.node, self.state, target)
-        self.state = target
-
-    @property
-    def pid(self) -> int | None:
-        if self.state in (ChildState.RUNNING, ChildState.STOPPING) and self.process is not None:
-            return self.process.pid
-        return None
-
-
-def child_specs(options: UpOptions, layout: Layout) -> tuple[ChildSpec, list[ChildSpec]]:
-    controller_address = Address(HOST, options.port + CONTROLLER_PORT_OFFSET)
-    common: tuple[str, ...] = ("--secret-file", str(layout.secret_file))
-    if options.config is not None:
-        common += ("--config", str(options.config))
-    prefix = (sys.executable, "-m", CHILD_MODULE)
-    controller = ChildSpec(
-        CONTROLLER_NODE,
-        None,
-        controller_address,
-        (
-            *prefix,
-            "controller",
-            "--data-dir",
-            str(layout.controller_dir),
-            "--listen",
-            str(controller_address),
-            *common,
-            "--set",
-            f"metrics.port={options.port + METRICS_PORT_OFFSET + CONTROLLER_PORT_OFFSET}",
-        ),
-        layout.log_file(CONTROLLER_NODE),
-    )
-    brokers = []
-    for broker_id in range(options.brokers):
-        address = Address(HOST, options.port + broker_id)
-        kafka_address = None
-        kafka: tuple[str, ...] = ()
-        if options.kafka_port != KAFKA_OFF:
-            kafka_address = Address(HOST, options.kafka_port + broker_id)
-            kafka = ("--kafka-listen", str(kafka_address))
-        argv = (
-            *prefix,
-            "broker",
-            "--id",
-            str(broker_id),
-            "--data-dir",
-            str(layout.broker_dir(broker_id)),
-            "--listen",
-            str(address),
-            *kafka,
-            "--controller",
-            str(controller_address),
-            *common,
-            "--set",
-            f"metrics.port={options.port + METRICS_PORT_OFFSET + broker_id}",
-        )
-        node = broker_node(broker_id)
-        brokers.append(
-            ChildSpec(node, broker_id, address, argv, layout.log_file(node), kafka_address)
-        )
-    return controller, brokers
 
 
 class Supervisor:
@@ -314,7 +166,7 @@ class Supervisor:
         if self._server is not None:
             await self._server.wait_closed()
         with contextlib.suppress(FileNotFoundError):
-            self.layout.socket_path.unlink()
+            socket_path(self.layout.root).unlink()
         with contextlib.suppress(FileNotFoundError):
             self.layout.cluster_json.unlink()
         self.console.print("ketch up: stopped")
@@ -387,7 +239,7 @@ class Supervisor:
                     stdout=out,
                     stderr=out,
                     start_new_session=True,
-                    preexec_fn=_die_with_parent,
+                    preexec_fn=die_with_parent,
                 )
             except OSError as exc:
                 out.write(f"--- ketch up: cannot start {spec.node}: {exc}\n".encode())
@@ -519,7 +371,7 @@ class Supervisor:
     # Control socket (cli/up/control.py)
 
     async def _start_control_server(self) -> None:
-        path = self.layout.socket_path
+        path = socket_path(self.layout.root)
         # A socket file nobody answers on was left by a supervisor that was killed.
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
@@ -584,46 +436,8 @@ class Supervisor:
         return ok(f"{child.spec.node} started and registered (pid {child.pid})")
 
 
-def _die_with_parent() -> None:
-    """In the child between fork and exec (Linux): SIGTERM it when the supervisor dies.
-
-    Without this a supervisor killed by SIGKILL would leave its nodes running, holding the
-    ports and the log-dir locks the next `ketch up` needs; SIGTERM gives each node its clean
-    stop. Elsewhere (no prctl) the children outlive a killed supervisor, as they would anyway.
-    """
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-def describe_exit(code: int | None) -> str:
-    if code is None:
-        return "could not start"
-    if code < 0:
-        return f"killed by {signal.Signals(-code).name}"
-    return f"exit code {code}"
-
-
 # ---------------------------------------------------------------------------------------------
 # Command line
-
-
-def add_up_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--brokers", type=int, default=3, help="number of brokers (default 3)")
-    parser.add_argument("--data-dir", type=Path, default=Path("./data"), help="default ./data")
-    parser.add_argument(
-        "--port",
-        type=int,
-        default=9092,
-        help="broker i listens on port+i, the controller on port+100",
-    )
-    parser.add_argument(
-        "--kafka-port",
-        type=int,
-        default=19092,
-        help="broker i's Kafka-protocol listener is on kafka-port+i (default 19092; -1: none)",
-    )
-    parser.add_argument("--config", type=Path, help="TOML file of Kafka properties for every node")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -632,40 +446,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_up_arguments(up)
     # cli.py dispatches on `handler`, the command modules' brief on `func`: either works.
     up.set_defaults(func=command, handler=command)
-
-
-def options_from_args(args: argparse.Namespace) -> UpOptions | str:
-    """The options, or the usage error to print."""
-    if args.brokers < 1:
-        return f"--brokers must be at least 1, got {args.brokers}"
-    if args.brokers > CONTROLLER_PORT_OFFSET:
-        return f"--brokers must be at most {CONTROLLER_PORT_OFFSET} (the controller is on port+100)"
-    # The highest port is the controller's metrics endpoint.
-    if args.port <= 0 or args.port + METRICS_PORT_OFFSET + CONTROLLER_PORT_OFFSET > 65_535:
-        return f"--port out of range: {args.port}"
-    if args.kafka_port != KAFKA_OFF and not 0 < args.kafka_port <= 65_536 - args.brokers:
-        return f"--kafka-port out of range: {args.kafka_port} (-1 runs without Kafka listeners)"
-    config: Path | None = args.config
-    if config is not None:
-        if not config.is_file():
-            return f"config file not found: {config}"
-        config = config.resolve()
-    options = UpOptions(args.brokers, args.data_dir.resolve(), args.port, args.kafka_port, config)
-    return _port_overlap(options) or options
-
-
-def _port_overlap(options: UpOptions) -> str | None:
-    """The usage error when two nodes would bind one port (one of them would exit at start).
-    With at most 100 brokers only a Kafka listener can overlap another node's port."""
-    owners: dict[int, str] = {}
-    for port, owner in options.bindings():
-        if port in owners:
-            return (
-                f"--kafka-port {options.kafka_port} overlaps --port {options.port}: "
-                f"{owners[port]} and {owner} would both bind port {port}"
-            )
-        owners[port] = owner
-    return None
 
 
 def command(args: argparse.Namespace) -> int:
@@ -692,8 +472,9 @@ def run(options: UpOptions) -> int:
     if supervisor_running(options.data_dir):
         print(f"ketch up: a cluster is already running at {options.data_dir}", file=sys.stderr)
         return EXIT_FAILED
-    if len(os.fsencode(layout.socket_path)) >= 100:  # sun_path holds 108 bytes on Linux
-        print(f"ketch up: the data dir path is too long for {layout.socket_path}", file=sys.stderr)
+    control_socket = socket_path(layout.root)
+    if len(os.fsencode(control_socket)) >= 100:  # sun_path holds 108 bytes on Linux
+        print(f"ketch up: the data dir path is too long for {control_socket}", file=sys.stderr)
         return EXIT_USAGE
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
     with asyncio.Runner(loop_factory=new_event_loop) as runner:

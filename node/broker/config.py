@@ -18,7 +18,7 @@ itself:
     controller.address     `host:port` of the controller (AlterPartition goes there)
     message.max.bytes      the largest produce batch the data path accepts
     metrics.port           the Prometheus endpoint's port on the listener's host (-1: off,
-                           the default; 0: any free port), runtime/metrics.py
+                           the default; 0: any free port), runtime/metrics/registry.py
 
 and the lifecycle's keys (node/broker/lifecycle.py): cluster.id, broker.heartbeat.interval.ms,
 broker.session.timeout.ms, controlled.shutdown.enable, controlled.shutdown.max.retries,
@@ -37,16 +37,20 @@ from typing import Final
 
 from actors.group.config import GroupCoordinatorConfig
 from actors.metadata_cache import DEFAULT_LISTENER
-from actors.replication.fetcher import ReplicaFetcherConfig
-from actors.replication.replica_manager import ReplicaManagerConfig
+from actors.replication.config import ReplicaFetcherConfig, ReplicaManagerConfig
 from actors.replication.request_path import DEFAULT_MESSAGE_MAX_BYTES
 from client.config import ClientConfig
 from node.broker.lifecycle import BrokerLifecycleConfig
 from runtime.log.config import LogManagerConfig
-from runtime.metrics import METRICS_DISABLED, METRICS_PORT_KEY, metrics_port
+from runtime.metrics.registry import METRICS_DISABLED, METRICS_PORT_KEY, metrics_port
 from runtime.net.server import ServerConfig
 from runtime.net.transport import Address
-from runtime.properties import int_property
+from runtime.properties import (
+    config_from_properties,
+    defaults_by_property,
+    int_property,
+    property_metadata,
+)
 
 # The listener served with the native (msgpack) protocol: the inter-broker one.
 NATIVE_LISTENER: Final = DEFAULT_LISTENER
@@ -119,15 +123,28 @@ def _check_listeners(listeners: Mapping[str, Address], advertised: Mapping[str, 
             )
 
 
+def _listeners_property(key: str, raw: object) -> dict[str, Address]:
+    return parse_listeners(str(raw), key=key)
+
+
+def _address_property(key: str, raw: object) -> Address:
+    return Address.parse(str(raw))
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerConfig:
     broker_id: int
     listeners: Mapping[str, Address] = field(
-        default_factory=lambda: parse_listeners(DEFAULT_LISTENERS)
+        default_factory=lambda: parse_listeners(DEFAULT_LISTENERS),
+        metadata=property_metadata(parse=_listeners_property),
     )
     # Only the listeners whose advertised address differs from the bound one (see advertised()).
-    advertised_listeners: Mapping[str, Address] = field(default_factory=dict)
-    controller_address: Address | None = None
+    advertised_listeners: Mapping[str, Address] = field(
+        default_factory=dict, metadata=property_metadata(parse=_listeners_property)
+    )
+    controller_address: Address | None = field(
+        default=None, metadata=property_metadata(parse=_address_property)
+    )
     message_max_bytes: int = DEFAULT_MESSAGE_MAX_BYTES
     log: LogManagerConfig = field(default_factory=LogManagerConfig)
     replication: ReplicaManagerConfig | None = None
@@ -192,17 +209,13 @@ class BrokerConfig:
         if "broker.id" not in properties:
             raise ValueError("broker.id is required")
         broker_id = int_property(properties, "broker.id", -1)
-        controller = properties.get("controller.address")
-        return cls(
-            broker_id,
-            listeners=parse_listeners(str(properties.get(LISTENERS_KEY, DEFAULT_LISTENERS))),
-            advertised_listeners=parse_listeners(
-                str(properties.get(ADVERTISED_LISTENERS_KEY, "")), key=ADVERTISED_LISTENERS_KEY
-            ),
-            controller_address=None if controller is None else Address.parse(str(controller)),
-            message_max_bytes=int_property(
-                properties, "message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES
-            ),
+        # The components read their own keys from the same map (broker.id is read first, as
+        # the replica manager needs it); the node's other keys are read by its fields' types
+        # and metadata (listeners, advertised.listeners, controller.address, message.max.bytes).
+        return config_from_properties(
+            cls,
+            properties,
+            broker_id=broker_id,
             log=LogManagerConfig.from_properties(properties),
             replication=ReplicaManagerConfig.from_properties(broker_id, properties),
             fetcher=ReplicaFetcherConfig.from_properties(properties),
@@ -275,12 +288,14 @@ def property_defaults() -> dict[str, bool | int | float | str]:
     }
     for key, name in _BROKER_LOG_FIELDS.items():
         defaults[key] = getattr(log_defaults, name)
-    component: ReplicaFetcherConfig | ServerConfig | BrokerLifecycleConfig | GroupCoordinatorConfig
+    read_by_components = {}
     for component in (fetcher, server, lifecycle, GroupCoordinatorConfig()):
-        for key in component.PROPERTIES:
-            defaults[key] = getattr(component, key.replace(".", "_"))
-    for key in _CLIENT_KEYS:
-        defaults[key] = getattr(client, key.replace(".", "_"))
+        read_by_components.update(defaults_by_property(component))
+    client_defaults = defaults_by_property(client)
+    read_by_components.update({key: client_defaults[key] for key in _CLIENT_KEYS})
+    for key, value in read_by_components.items():
+        assert isinstance(value, bool | int | float | str), (key, value)
+        defaults[key] = value
     return dict(sorted(defaults.items()))
 
 

@@ -1,5 +1,5 @@
-"""A broker's consumer-group service: the GroupCoordinator, FindCoordinator, and the handlers of
-the group APIs for both listeners.
+"""A broker's consumer-group service: the GroupCoordinator and FindCoordinator (the group APIs'
+handlers are in node/broker/apis.py, with every other API's).
 
 FindCoordinator answers with the leader of the group's `__consumer_offsets` partition at the
 asking listener's address (so a Kafka client gets a Kafka-listener address). The first
@@ -7,9 +7,6 @@ FindCoordinator on a cluster without the offsets topic creates it through the co
 Kafka's brokers do on first use: offsets.topic.num.partitions partitions,
 min(offsets.topic.replication.factor, live brokers) replicas, compacted; the answer meanwhile
 is COORDINATOR_NOT_AVAILABLE, which clients retry.
-
-JoinGroup from a Kafka client of version 4 or later first gets MEMBER_ID_REQUIRED with its
-member id (KIP-394); older Kafka versions and native clients get it in the join's answer.
 """
 
 from __future__ import annotations
@@ -21,42 +18,22 @@ from typing import Final
 
 from actors.group.coordinator import GroupCoordinator
 from actors.metadata_cache import MetadataSnapshot
-from runtime.net.server import Handler, RequestContext
 from wire.errors import ErrorCode
 from wire.group_records import OFFSETS_TOPIC
 from wire.messages import (
-    ApiKey,
     Coordinator,
     CreatableTopic,
     CreatableTopicConfig,
     CreateTopicsRequest,
     CreateTopicsResponse,
-    DescribeGroupsRequest,
-    DescribeGroupsResponse,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
-    HeartbeatRequest,
-    HeartbeatResponse,
-    JoinGroupRequest,
-    JoinGroupResponse,
-    LeaveGroupRequest,
-    LeaveGroupResponse,
-    ListGroupsRequest,
-    ListGroupsResponse,
-    OffsetCommitRequest,
-    OffsetCommitResponse,
-    OffsetFetchRequest,
-    OffsetFetchResponse,
-    SyncGroupRequest,
-    SyncGroupResponse,
 )
 from wire.messages.groups import COORDINATOR_GROUP
 from wire.topic import TopicPartition
 
 log = logging.getLogger(__name__)
 
-# KIP-394: from JoinGroup v4 a new member first learns its id from MEMBER_ID_REQUIRED.
-KNOWN_MEMBER_ID_VERSION: Final = 4
 OFFSETS_SEGMENT_BYTES: Final = "104857600"  # Kafka's offsets.topic.segment.bytes
 NO_TRANSACTIONS: Final = "ketch has no transaction coordinator: transactions are not supported"
 
@@ -73,63 +50,6 @@ class BrokerGroups:
         self._metadata = metadata
         self._create_topics = create_topics
         self._creating: asyncio.Task[None] | None = None
-
-    def handlers(self, listener: str, *, kafka: bool) -> dict[int, Handler]:
-        async def find_coordinator(
-            request: FindCoordinatorRequest, ctx: RequestContext
-        ) -> FindCoordinatorResponse:
-            return await self.find_coordinator(request, listener)
-
-        async def join_group(request: JoinGroupRequest, ctx: RequestContext) -> JoinGroupResponse:
-            return await self.coordinator.join_group(
-                request,
-                client_id=ctx.client_id or "",
-                client_host="/" + ctx.peer.rsplit(":", 1)[0],
-                require_known_member_id=not kafka or ctx.api_version >= KNOWN_MEMBER_ID_VERSION,
-            )
-
-        async def sync_group(request: SyncGroupRequest, ctx: RequestContext) -> SyncGroupResponse:
-            return await self.coordinator.sync_group(request)
-
-        async def heartbeat(request: HeartbeatRequest, ctx: RequestContext) -> HeartbeatResponse:
-            return await self.coordinator.heartbeat(request)
-
-        async def leave_group(
-            request: LeaveGroupRequest, ctx: RequestContext
-        ) -> LeaveGroupResponse:
-            return await self.coordinator.leave_group(request)
-
-        async def offset_commit(
-            request: OffsetCommitRequest, ctx: RequestContext
-        ) -> OffsetCommitResponse:
-            return await self.coordinator.offset_commit(request)
-
-        async def offset_fetch(
-            request: OffsetFetchRequest, ctx: RequestContext
-        ) -> OffsetFetchResponse:
-            return await self.coordinator.offset_fetch(request)
-
-        async def describe_groups(
-            request: DescribeGroupsRequest, ctx: RequestContext
-        ) -> DescribeGroupsResponse:
-            return await self.coordinator.describe_groups(request)
-
-        async def list_groups(
-            request: ListGroupsRequest, ctx: RequestContext
-        ) -> ListGroupsResponse:
-            return await self.coordinator.list_groups(request)
-
-        return {
-            ApiKey.FIND_COORDINATOR: find_coordinator,
-            ApiKey.JOIN_GROUP: join_group,
-            ApiKey.SYNC_GROUP: sync_group,
-            ApiKey.HEARTBEAT: heartbeat,
-            ApiKey.LEAVE_GROUP: leave_group,
-            ApiKey.OFFSET_COMMIT: offset_commit,
-            ApiKey.OFFSET_FETCH: offset_fetch,
-            ApiKey.DESCRIBE_GROUPS: describe_groups,
-            ApiKey.LIST_GROUPS: list_groups,
-        }
 
     async def find_coordinator(
         self, request: FindCoordinatorRequest, listener: str

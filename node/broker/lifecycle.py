@@ -29,8 +29,8 @@ in the manner of Kafka's KRaft `BrokerLifecycleManager` and of the ZooKeeper-era
 
 The states form a table (`_TRANSITIONS`); a move it does not list is a bug and raises.
 
-The lifecycle also forwards CreateTopics and DeleteTopics from clients to the controller
-(`ControllerForwarder`, KIP-590), over the same credentialed channel.
+The same credentialed channel (`ControllerChannel`) also carries the admin requests the broker
+forwards to the controller (node/broker/forwarder.py, KIP-590).
 
 Ownership and why no lock: the lifecycle's state and broker epoch are changed only by its own
 background task and by `controlled_shutdown()` / `stop()`, all on the event loop thread; every
@@ -50,10 +50,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from client.errors import ClientError, is_retriable
+from client.errors import ClientError
 from runtime.clock import NS_PER_MS, Clock
 from runtime.net.backoff import ExponentialBackoff
-from runtime.properties import bool_property, int_property
+from runtime.properties import config_from_properties
 from wire.errors import ErrorCode
 from wire.messages import (
     BrokerHeartbeatRequest,
@@ -63,14 +63,6 @@ from wire.messages import (
     BrokerRegistrationResponse,
     ControlledShutdownRequest,
     ControlledShutdownResponse,
-    CreatableTopicResult,
-    CreateTopicsRequest,
-    CreateTopicsResponse,
-    DeletableTopicResult,
-    DeleteTopicsRequest,
-    DeleteTopicsResponse,
-    DescribeClusterRequest,
-    DescribeClusterResponse,
     Request,
     Response,
 )
@@ -111,15 +103,6 @@ class BrokerLifecycleConfig:
     # controlled.shutdown.retry.backoff.ms
     controlled_shutdown_retry_backoff_ms: int = 5_000
 
-    PROPERTIES = (
-        "cluster.id",
-        "broker.heartbeat.interval.ms",
-        "broker.session.timeout.ms",
-        "controlled.shutdown.enable",
-        "controlled.shutdown.max.retries",
-        "controlled.shutdown.retry.backoff.ms",
-    )
-
     def __post_init__(self) -> None:
         if self.broker_heartbeat_interval_ms < 1:
             raise ValueError(
@@ -148,29 +131,7 @@ class BrokerLifecycleConfig:
     @classmethod
     def from_properties(cls, properties: Mapping[str, object]) -> BrokerLifecycleConfig:
         """Read Kafka's property names; other keys belong to other parts of the node."""
-        defaults = cls()
-        return cls(
-            cluster_id=str(properties.get("cluster.id", defaults.cluster_id)),
-            broker_heartbeat_interval_ms=int_property(
-                properties, "broker.heartbeat.interval.ms", defaults.broker_heartbeat_interval_ms
-            ),
-            broker_session_timeout_ms=int_property(
-                properties, "broker.session.timeout.ms", defaults.broker_session_timeout_ms
-            ),
-            controlled_shutdown_enable=bool_property(
-                properties, "controlled.shutdown.enable", defaults.controlled_shutdown_enable
-            ),
-            controlled_shutdown_max_retries=int_property(
-                properties,
-                "controlled.shutdown.max.retries",
-                defaults.controlled_shutdown_max_retries,
-            ),
-            controlled_shutdown_retry_backoff_ms=int_property(
-                properties,
-                "controlled.shutdown.retry.backoff.ms",
-                defaults.controlled_shutdown_retry_backoff_ms,
-            ),
-        )
+        return config_from_properties(cls, properties)
 
 
 # -- the channel to the controller ----------------------------------------------------------------
@@ -478,98 +439,3 @@ class BrokerLifecycle:
             log.info("broker %d: partitions still to move: %s", self.broker_id, remaining)
             return False
         return True
-
-
-# -- forwarding (KIP-590) -------------------------------------------------------------------------
-
-
-class ControllerForwarder:
-    """Forwards clients' CreateTopics / DeleteTopics / DescribeCluster to the controller;
-    returns its answer.
-
-    While the controller cannot be reached the request is resent (backoff 100 ms doubling, up
-    to 1 s) until `budget_ms` (the broker's request.timeout.ms, as Kafka's forwarding channel)
-    has passed; then every topic is answered REQUEST_TIMED_OUT, which is what Kafka's
-    ForwardingManager answers when forwarding times out. Clients retry that code.
-
-    A resend after a connection lost mid-request may reach a controller that already applied
-    the first copy; its answer (e.g. TOPIC_ALREADY_EXISTS) is returned as is, as in Kafka.
-    """
-
-    def __init__(
-        self,
-        channel: ControllerChannel,
-        clock: Clock,
-        *,
-        budget_ms: float,
-        seed: int = 0,
-    ) -> None:
-        self._channel = channel
-        self._clock = clock
-        self._budget_ms = budget_ms
-        self._backoff = ExponentialBackoff(initial_ms=100, max_ms=1_000)
-        self._rng = random.Random(seed)
-
-    async def create_topics(self, request: CreateTopicsRequest) -> CreateTopicsResponse:
-        response = await self._forward(request)
-        if response is None:
-            return CreateTopicsResponse(
-                topics=[
-                    CreatableTopicResult(
-                        name=topic.name,
-                        error_code=ErrorCode.REQUEST_TIMED_OUT,
-                        error_message="the controller could not be reached",
-                    )
-                    for topic in request.topics
-                ]
-            )
-        assert isinstance(response, CreateTopicsResponse), response
-        return response
-
-    async def delete_topics(self, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
-        response = await self._forward(request)
-        if response is None:
-            return DeleteTopicsResponse(
-                responses=[
-                    DeletableTopicResult(
-                        name=name,
-                        error_code=ErrorCode.REQUEST_TIMED_OUT,
-                        error_message="the controller could not be reached",
-                    )
-                    for name in request.topic_names
-                ]
-            )
-        assert isinstance(response, DeleteTopicsResponse), response
-        return response
-
-    async def describe_cluster(self, request: DescribeClusterRequest) -> DescribeClusterResponse:
-        response = await self._forward(request)
-        if response is None:
-            return DescribeClusterResponse(
-                error_code=ErrorCode.REQUEST_TIMED_OUT,
-                error_message="the controller could not be reached",
-            )
-        assert isinstance(response, DescribeClusterResponse), response
-        return response
-
-    async def _forward(self, request: Request) -> Response | None:
-        """The controller's answer, or None when it could not be had within the budget."""
-        deadline_ns = self._clock.monotonic_ns() + round(self._budget_ms * NS_PER_MS)
-        failures = 0
-        while True:
-            remaining_ms = (deadline_ns - self._clock.monotonic_ns()) / NS_PER_MS
-            if remaining_ms <= 0:
-                return None
-            try:
-                return await self._channel.send(request, timeout_ms=remaining_ms)
-            except ClientError as exc:
-                if not is_retriable(exc):
-                    log.warning("forwarding %s failed: %s", type(request).__name__, exc)
-                    return None
-                delay_ms = self._backoff.delay_ms(failures, self._rng)
-                failures += 1
-                remaining_ms = (deadline_ns - self._clock.monotonic_ns()) / NS_PER_MS
-                if delay_ms >= remaining_ms:
-                    return None
-                log.debug("forwarding %s: %s; retrying", type(request).__name__, exc)
-                await self._clock.sleep(delay_ms / 1000)

@@ -1,5 +1,8 @@
 """`BrokerNode`: the composition root of one broker process.
 
+(Long, ~530 lines, on purpose: the build steps, the start order and the two stop orders must be
+read side by side, since each depends on the others; every handler lives in node/broker/apis.py.)
+
 It builds and wires the broker's parts and owns their lifetimes:
 
     LogManager              the log dirs (open: lock, load, recover; background run() task)
@@ -20,12 +23,14 @@ It builds and wires the broker's parts and owns their lifetimes:
     GroupCoordinator        consumer groups and committed offsets on __consumer_offsets, one
                             actor per led offsets partition, moved by the ReplicaManager's
                             leadership hook (node/broker/groups.py has the handlers)
-    Server                  the native listener, handlers by API key; control-plane requests
+    BrokerApis              every API's handler, one table for both listeners
+                            (node/broker/apis.py, Kafka's KafkaApis)
+    Server                  the native listener, serving that table; control-plane requests
                             are served only on connections that proved the cluster secret
     Server (kafka)          with a `kafka` entry in `listeners`: the Kafka wire protocol for
-                            Kafka clients, on the same data-plane and admin handlers
-                            (runtime/net/kafka_dialect.py); no control-plane API is reachable
-    BrokerMetrics           Prometheus metrics (runtime/metrics.py), always collected in
+                            Kafka clients, on the same table (runtime/net/kafka_dialect.py);
+                            no control-plane API is reachable
+    BrokerMetrics           Prometheus metrics (runtime/metrics/), always collected in
                             memory; with metrics.port set, request latencies are observed and
                             a MetricsHttpServer serves them on the node's loop
 
@@ -53,7 +58,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import enum
 import logging
 from collections.abc import Iterator, Mapping
@@ -62,68 +66,39 @@ from typing import Final
 from actors.group.coordinator import GroupCoordinator
 from actors.replication.alter_partition_manager import AlterPartitionManager
 from actors.replication.delayed import DelayedOperations
-from actors.replication.fetcher import BrokerEndpoint, FetcherClient
+from actors.replication.fetch_state import BrokerEndpoint
+from actors.replication.fetcher import FetcherClient
 from actors.replication.fetcher_manager import ReplicaFetcherManager
-from actors.replication.partition_messages import ACKS_NONE
-from actors.replication.replica_manager import (
-    HandleLeaderAndIsr,
-    HandleStopReplica,
-    HandleUpdateMetadata,
-    ReplicaManager,
-    SetBrokerEpoch,
-)
+from actors.replication.replica_manager import ReplicaManager
+from actors.replication.replica_manager_messages import SetBrokerEpoch
 from actors.replication.request_path import RequestPath
 from client.client import Client
+from node.broker.apis import BrokerApis
 from node.broker.config import KAFKA_LISTENER, BrokerConfig
-from node.broker.describe_configs import TopicConfigSource, describe_configs
+from node.broker.describe_configs import TopicConfigSource
+from node.broker.forwarder import ControllerForwarder
 from node.broker.groups import BrokerGroups
-from node.broker.lifecycle import BrokerLifecycle, ControllerForwarder
+from node.broker.lifecycle import BrokerLifecycle
 from node.broker.offsets_log import RequestPathOffsetsLog
 from node.broker.producer_ids import ProducerIdManager
 from runtime.actor import ActorStatistics
 from runtime.clock import Clock
 from runtime.log.manager import LoadedDir, LogManager
-from runtime.metrics import METRICS_DISABLED, BrokerMetrics, MetricsHttpServer
+from runtime.metrics.broker import BrokerMetrics
+from runtime.metrics.endpoint import MetricsHttpServer
+from runtime.metrics.registry import METRICS_DISABLED
 from runtime.net.kafka_dialect import KafkaProtocol
-from runtime.net.server import Handler, RequestContext, Server
+from runtime.net.server import Server
 from runtime.net.transport import Address, Transport
 from wire.group_records import OFFSETS_TOPIC
 from wire.messages import (
-    CONTROL_PLANE_API_KEYS,
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
-    ApiKey,
     BrokerRegistrationListener,
-    CreateTopicsRequest,
-    CreateTopicsResponse,
-    DeleteTopicsRequest,
-    DeleteTopicsResponse,
-    DescribeClusterRequest,
-    DescribeClusterResponse,
-    DescribeConfigsRequest,
-    DescribeConfigsResponse,
-    FetchRequest,
-    FetchResponse,
-    InitProducerIdRequest,
-    InitProducerIdResponse,
-    LeaderAndIsrRequest,
-    LeaderAndIsrResponse,
-    ListOffsetsRequest,
-    ListOffsetsResponse,
-    MetadataRequest,
-    MetadataResponse,
-    OffsetForLeaderEpochRequest,
-    OffsetForLeaderEpochResponse,
-    ProduceRequest,
-    ProduceResponse,
     Request,
     Response,
-    StopReplicaRequest,
-    StopReplicaResponse,
-    UpdateMetadataRequest,
-    UpdateMetadataResponse,
 )
 
 log = logging.getLogger(__name__)
@@ -178,11 +153,23 @@ class BrokerNode:
         self.state = NodeState.NEW
         self.broker_epoch = NO_BROKER_EPOCH
         self.loaded: list[LoadedDir] = []  # what LogManager.open reported (clean or recovered)
+        self._log_task: asyncio.Task[None] | None = None
+        # The build steps, in dependency order. Parts that need each other's lookups get lambdas
+        # that read the attribute at call time, by which point every part exists.
+        self._build_storage_and_metrics()
+        self._build_control_plane(lifecycle)
+        self._build_replication()
+        self._build_groups()
+        self._build_listeners()
 
+    # -- build steps ------------------------------------------------------------------------------
+
+    def _build_storage_and_metrics(self) -> None:
+        """The log dirs, the purgatories, and the metrics (built first: the ReplicaManager and
+        the servers take its hooks; its sources are read only at scrape time)."""
+        config, clock = self.config, self.clock
         self.log_manager = LogManager(config.log, clock)
         self.delayed = DelayedOperations(clock)
-        # Built first: the ReplicaManager and the server take its hooks. Its sources are read
-        # only at scrape time, by which point every part exists.
         self.metrics = BrokerMetrics(
             replica_counts=lambda: self.replica_manager.partition_counts(),
             purgatories={"Produce": self.delayed.produce, "Fetch": self.delayed.fetch},
@@ -193,25 +180,20 @@ class BrokerNode:
             self.metrics_server = MetricsHttpServer(
                 self.metrics, config.listen_address.host, config.metrics_port, clock=clock
             )
-        self._fetch_clients: set[_FetchClient] = set()
-        # Built below; the fetchers and the ReplicaManager need each other's lookups.
-        self.replica_manager: ReplicaManager
-        self.fetchers = ReplicaFetcherManager(
-            self.broker_id,
-            self._fetch_client,
-            lambda tp: self.replica_manager.partition(tp),
-            clock,
-            config.fetcher,
-        )
+
+    def _build_control_plane(self, lifecycle: bool) -> None:
+        """What talks to the controller over the credentialed control client: registration and
+        heartbeats, forwarded admin requests, ISR proposals, producer-id blocks."""
+        config, clock = self.config, self.clock
         self._control_client = Client(
-            [controller],
-            transport=transport,
+            [self.controller],
+            transport=self._transport,
             clock=clock,
             client_id=f"broker-{self.broker_id}-control",
             config=config.client,
-            credential=cluster_secret,
+            credential=self._secret,
         )
-        channel = _ControlChannel(self._control_client, controller)
+        channel = _ControlChannel(self._control_client, self.controller)
         self.lifecycle: BrokerLifecycle | None = None
         if lifecycle:
             self.lifecycle = BrokerLifecycle(
@@ -241,6 +223,18 @@ class BrokerNode:
             clock=clock,
             retry_backoff_ms=config.client.retry_backoff_ms,
         )
+
+    def _build_replication(self) -> None:
+        """The follower fetchers, the ReplicaManager and its partition actors, the data path."""
+        config, clock = self.config, self.clock
+        self._fetch_clients: set[_FetchClient] = set()
+        self.fetchers = ReplicaFetcherManager(
+            self.broker_id,
+            self._fetch_client,
+            lambda tp: self.replica_manager.partition(tp),
+            clock,
+            config.fetcher,
+        )
         self.replica_manager = ReplicaManager(
             config.replica_manager,
             self.log_manager,
@@ -264,6 +258,10 @@ class BrokerNode:
             # The topic's override (from the controller's topic configs), else the broker's.
             min_insync_replicas=lambda topic: self.replica_manager.min_insync_replicas(topic),
         )
+
+    def _build_groups(self) -> None:
+        """The group coordinator on __consumer_offsets, written and read through the data path."""
+        config, clock = self.config, self.clock
         self.group_coordinator = GroupCoordinator(
             RequestPathOffsetsLog(
                 self.request_path, config.groups.offsets_commit_timeout_ms, clock
@@ -278,36 +276,53 @@ class BrokerNode:
             metadata=lambda: self.replica_manager.metadata,
             create_topics=self.forwarder.create_topics,
         )
+
+    def _build_listeners(self) -> None:
+        """One handler table (node/broker/apis.py) served by the native listener and, when
+        configured, the Kafka listener."""
+        config, clock = self.config, self.clock
+        replica_manager = self.replica_manager
+        self.apis = BrokerApis(
+            broker_id=self.broker_id,
+            cluster_id=config.lifecycle.cluster_id or None,
+            replica_manager=replica_manager,
+            request_path=self.request_path,
+            forwarder=self.forwarder,
+            groups=self.groups,
+            producer_ids=self.producer_ids,
+            topic_configs=TopicConfigSource(
+                exists=lambda topic: replica_manager.metadata.has_topic(topic),
+                overrides=self.log_manager.topic_overrides,
+                effective=self.log_manager.config_for,
+                min_insync_replicas=replica_manager.min_insync_replicas,
+            ),
+        )
+        handlers = self.apis.table()
         # Latency is the one per-request metric; a node without an endpoint skips it.
         observer = None if self.metrics_server is None else self.metrics.requests.observe
         self.server = Server(
-            transport,
+            self._transport,
             config.listen_address,
-            self._handlers(),
+            handlers,
             clock=clock,
             config=config.server,
-            cluster_secret=cluster_secret,
+            cluster_secret=self._secret,
             request_observer=observer,
+            listener=config.listener_name,
         )
         self.kafka_server: Server | None = None
         if config.kafka_listen_address is not None:
-            kafka = KafkaProtocol(self._kafka_handlers(), _TopicIds(self.replica_manager))
+            kafka = KafkaProtocol(handlers, _TopicIds(replica_manager))
             self.kafka_server = Server(
-                transport,
+                self._transport,
                 config.kafka_listen_address,
                 kafka.handlers,
                 clock=clock,
                 config=config.server,
                 request_observer=observer,
                 dialect=kafka.dialect,
+                listener=KAFKA_LISTENER,
             )
-        self._topic_configs = TopicConfigSource(
-            exists=lambda topic: self.replica_manager.metadata.has_topic(topic),
-            overrides=self.log_manager.topic_overrides,
-            effective=self.log_manager.config_for,
-            min_insync_replicas=self.replica_manager.min_insync_replicas,
-        )
-        self._log_task: asyncio.Task[None] | None = None
 
     # -- wiring ---------------------------------------------------------------------------------
 
@@ -358,111 +373,6 @@ class BrokerNode:
     def _offsets_partitions(self) -> int | None:
         topic = self.replica_manager.metadata.topics.get(OFFSETS_TOPIC)
         return None if topic is None else len(topic.partitions)
-
-    def _handlers(self) -> dict[int, Handler]:
-        return self.groups.handlers(self.config.listener_name, kafka=False) | {
-            ApiKey.CREATE_TOPICS: self._create_topics,
-            ApiKey.DELETE_TOPICS: self._delete_topics,
-            ApiKey.DESCRIBE_CLUSTER: self._describe_cluster,
-            ApiKey.DESCRIBE_CONFIGS: self._describe_configs,
-            ApiKey.METADATA: self._metadata,
-            ApiKey.PRODUCE: self._produce,
-            ApiKey.FETCH: self._fetch,
-            ApiKey.LIST_OFFSETS: self._list_offsets,
-            ApiKey.OFFSET_FOR_LEADER_EPOCH: self._offset_for_leader_epoch,
-            ApiKey.LEADER_AND_ISR: self._leader_and_isr,
-            ApiKey.STOP_REPLICA: self._stop_replica,
-            ApiKey.UPDATE_METADATA: self._update_metadata,
-            ApiKey.INIT_PRODUCER_ID: self._init_producer_id,
-        }
-
-    def _kafka_handlers(self) -> dict[int, Handler]:
-        """The Kafka listener's: the data-plane and admin handlers, Metadata from its side."""
-        handlers = {
-            key: handler
-            for key, handler in self._handlers().items()
-            if key not in CONTROL_PLANE_API_KEYS
-        }
-        handlers[ApiKey.METADATA] = self._kafka_metadata
-        return handlers | self.groups.handlers(KAFKA_LISTENER, kafka=True)
-
-    # -- handlers (the server refuses the control-plane ones on unauthenticated connections) ----
-
-    async def _init_producer_id(
-        self, request: InitProducerIdRequest, ctx: RequestContext
-    ) -> InitProducerIdResponse:
-        return await self.producer_ids.init_producer_id(request)
-
-    async def _metadata(self, request: MetadataRequest, ctx: RequestContext) -> MetadataResponse:
-        return self.replica_manager.metadata.metadata_response(
-            request, listener=self.config.listener_name
-        )
-
-    async def _kafka_metadata(
-        self, request: MetadataRequest, ctx: RequestContext
-    ) -> MetadataResponse:
-        response = self.replica_manager.metadata.metadata_response(
-            request, listener=KAFKA_LISTENER, cluster_id=self.config.lifecycle.cluster_id or None
-        )
-        # Kafka clients send admin requests to the controller the answer names; ketch's
-        # controller is no broker, and every broker forwards them to it (KIP-590), so the
-        # answering broker names itself, as a KRaft broker names a live broker.
-        return dataclasses.replace(response, controller_id=self.broker_id)
-
-    async def _produce(
-        self, request: ProduceRequest, ctx: RequestContext
-    ) -> ProduceResponse | None:
-        response = await self.request_path.produce(request)
-        # With acks=0 Kafka sends no response (the appends are done either way).
-        return None if request.acks == ACKS_NONE else response
-
-    async def _fetch(self, request: FetchRequest, ctx: RequestContext) -> FetchResponse:
-        return await self.request_path.fetch(request)
-
-    async def _list_offsets(
-        self, request: ListOffsetsRequest, ctx: RequestContext
-    ) -> ListOffsetsResponse:
-        return await self.request_path.list_offsets(request)
-
-    async def _offset_for_leader_epoch(
-        self, request: OffsetForLeaderEpochRequest, ctx: RequestContext
-    ) -> OffsetForLeaderEpochResponse:
-        return await self.request_path.offset_for_leader_epoch(request)
-
-    async def _create_topics(
-        self, request: CreateTopicsRequest, ctx: RequestContext
-    ) -> CreateTopicsResponse:
-        return await self.forwarder.create_topics(request)
-
-    async def _delete_topics(
-        self, request: DeleteTopicsRequest, ctx: RequestContext
-    ) -> DeleteTopicsResponse:
-        return await self.forwarder.delete_topics(request)
-
-    async def _describe_cluster(
-        self, request: DescribeClusterRequest, ctx: RequestContext
-    ) -> DescribeClusterResponse:
-        return await self.forwarder.describe_cluster(request)
-
-    async def _describe_configs(
-        self, request: DescribeConfigsRequest, ctx: RequestContext
-    ) -> DescribeConfigsResponse:
-        return describe_configs(request, self._topic_configs)
-
-    async def _leader_and_isr(
-        self, request: LeaderAndIsrRequest, ctx: RequestContext
-    ) -> LeaderAndIsrResponse:
-        return await self.replica_manager.ask(HandleLeaderAndIsr(request))
-
-    async def _stop_replica(
-        self, request: StopReplicaRequest, ctx: RequestContext
-    ) -> StopReplicaResponse:
-        return await self.replica_manager.ask(HandleStopReplica(request))
-
-    async def _update_metadata(
-        self, request: UpdateMetadataRequest, ctx: RequestContext
-    ) -> UpdateMetadataResponse:
-        return await self.replica_manager.ask(HandleUpdateMetadata(request))
 
     # -- lifecycle ------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ import logging
 from typing import Final
 
 from actors.group.shard import LogChunk
-from actors.replication.partition_messages import ACKS_ALL, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from actors.replication.partition_messages import ACKS_ALL
 from actors.replication.request_path import RequestPath
 from runtime.clock import Clock
 from wire.errors import ErrorCode
@@ -27,6 +27,10 @@ from wire.messages import (
     PartitionProduceData,
     ProduceRequest,
     TopicProduceData,
+)
+from wire.messages.data import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
 )
 from wire.records import iter_batches
 

@@ -51,36 +51,19 @@ from node.process import (
 )
 from runtime.clock import SystemClock
 from runtime.config import ConfigError, EffectiveConfig, Value, resolve
-from runtime.metrics import METRICS_DISABLED, METRICS_PORT_KEY, metrics_port
+from runtime.metrics.registry import METRICS_DISABLED, METRICS_PORT_KEY, metrics_port
 from runtime.net.server import ServerConfig
 from runtime.net.tcp import TcpTransport
 from runtime.net.transport import Address
-from runtime.properties import int_property
+from runtime.properties import (
+    config_from_properties,
+    defaults_by_property,
+    int_property,
+    property_names,
+)
 
 log = logging.getLogger("ketch.controller")
 
-# Property name -> ControllerConfig field. cluster.id has no default (absent: not checked).
-_CONTROLLER_FIELDS: Final = {
-    "node.id": "controller_id",
-    "broker.session.timeout.ms": "broker_session_timeout_ms",
-    "broker.heartbeat.interval.ms": "broker_heartbeat_interval_ms",
-    "unclean.leader.election.enable": "unclean_leader_election_enable",
-    "auto.leader.rebalance.enable": "auto_leader_rebalance_enable",
-    "leader.imbalance.check.interval.seconds": "leader_imbalance_check_interval_seconds",
-    "leader.imbalance.per.broker.percentage": "leader_imbalance_per_broker_percentage",
-    "num.partitions": "num_partitions",
-    "default.replication.factor": "default_replication_factor",
-    "metadata.snapshot.records": "metadata_snapshot_records",
-}
-# Property name -> ChannelConfig field: the controller's clients to the brokers.
-_CHANNEL_FIELDS: Final = {
-    "request.timeout.ms": "request_timeout_ms",
-    "socket.connection.setup.timeout.ms": "socket_connection_setup_timeout_ms",
-    "retry.backoff.ms": "retry_backoff_ms",
-    "retry.backoff.max.ms": "retry_backoff_max_ms",
-    "reconnect.backoff.ms": "reconnect_backoff_ms",
-    "reconnect.backoff.max.ms": "reconnect_backoff_max_ms",
-}
 _KEYS_WITHOUT_DEFAULT: Final = frozenset({"cluster.id"})
 
 
@@ -100,21 +83,27 @@ class ControllerSettings:
 
 def controller_config_defaults() -> dict[str, Value]:
     """ControllerConfig's properties with their defaults (cluster.id has none)."""
-    config = ControllerConfig()
-    return {key: getattr(config, name) for key, name in _CONTROLLER_FIELDS.items()}
+    return _values(defaults_by_property(ControllerConfig()))
 
 
 def property_defaults() -> dict[str, Value]:
     """Every property the controller process reads, with the default its component applies."""
     defaults = controller_config_defaults()
-    channels = ChannelConfig()
-    for key, name in _CHANNEL_FIELDS.items():
-        defaults[key] = getattr(channels, name)
-    server = ServerConfig()
-    for key in ServerConfig.PROPERTIES:
-        defaults[key] = getattr(server, key.replace(".", "_"))
+    defaults.update(_values(defaults_by_property(ChannelConfig())))
+    defaults.update(_values(defaults_by_property(ServerConfig())))
     defaults[METRICS_PORT_KEY] = METRICS_DISABLED
     return defaults
+
+
+def _values(defaults: Mapping[str, object]) -> dict[str, Value]:
+    """The defaults a config listing can show: None (no default) is left out."""
+    shown: dict[str, Value] = {}
+    for key, value in defaults.items():
+        if value is None:
+            continue
+        assert isinstance(value, bool | int | float | str), (key, value)
+        shown[key] = value
+    return shown
 
 
 def known_properties() -> frozenset[str]:
@@ -123,16 +112,10 @@ def known_properties() -> frozenset[str]:
 
 def channel_config(properties: Mapping[str, object]) -> ChannelConfig:
     """The channels' settings; a timeout or backoff below 1 ms would spin the sender."""
-    default = ChannelConfig()
-    for key in _CHANNEL_FIELDS:
+    for (key,) in property_names(ChannelConfig).values():
         if int_property(properties, key, 1) < 1:
             raise ValueError(f"{key} must be >= 1: {properties[key]!r}")
-    return ChannelConfig(
-        **{
-            name: int_property(properties, key, getattr(default, name))
-            for key, name in _CHANNEL_FIELDS.items()
-        }
-    )
+    return config_from_properties(ChannelConfig, properties)
 
 
 def build_parser() -> argparse.ArgumentParser:

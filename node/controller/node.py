@@ -13,7 +13,7 @@ Only cluster members talk to the controller: every request here needs a connecti
 the cluster credential, forwarded topic requests included (a client must go through a broker),
 so anything else is answered CLUSTER_AUTHORIZATION_FAILED and changes nothing.
 
-With `metrics_port` set (a node's `metrics.port` property, runtime.metrics.metrics_port), a
+With `metrics_port` set (a node's `metrics.port` property, runtime.metrics.registry.metrics_port), a
 MetricsHttpServer on the node's loop serves the controller's gauges (offline partitions,
 controller epoch, active and fenced brokers, unclean elections, mailbox depth); each scrape asks
 the actor once for a snapshot (DescribeCluster), so nothing reads the actor's fields.
@@ -49,13 +49,17 @@ from actors.controller.messages import (
 from runtime.actor import Actor, Ask
 from runtime.clock import Clock
 from runtime.log.metadata_log import MetadataLog
-from runtime.metrics import (
-    METRICS_DISABLED,
-    ControllerGauges,
-    ControllerMetrics,
-    MetricsHttpServer,
+from runtime.metrics.controller import ControllerGauges, ControllerMetrics
+from runtime.metrics.endpoint import MetricsHttpServer
+from runtime.metrics.registry import METRICS_DISABLED
+from runtime.net.dialect import (
+    Handler,
+    RequestContext,
 )
-from runtime.net.server import Handler, RequestContext, Server, ServerConfig
+from runtime.net.server import (
+    Server,
+    ServerConfig,
+)
 from runtime.net.transport import Address, Transport
 from wire.errors import ErrorCode
 from wire.messages import (

@@ -10,8 +10,10 @@ Entry points: `runtime.log.manager.LogManager` (a broker's log dirs and backgrou
 * ``index_file``, ``offset_index``, ``time_index`` — ``.index`` / ``.timeindex`` files
 * ``file_batches`` — walking the batches of a ``.log`` file
 * ``segment`` — `LogSegment`, one ``.log`` with its indexes
+* ``produced_batches`` — what a leader checks and stamps in produced batches before appending
 * ``recovery`` — loading a partition directory (swaps, sanity checks, crash recovery)
 * ``epoch_cache`` — `LeaderEpochCache` (``leader-epoch-checkpoint``)
 * ``checkpoints`` — the checkpoint files and ``partition.metadata``, written atomically
 * ``dump`` — `ketch dump-log`
+* ``metadata_log``, ``metadata_log_format`` — the controller's metadata log and its files
 """

@@ -14,65 +14,85 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from runtime.properties import (
+    config_from_properties,
+    property_metadata,
+    property_names,
+    property_values,
+)
+
 LONG_MAX: Final = 2**63 - 1
 _HOUR_MS: Final = 3_600_000
 _MINUTE_MS: Final = 60_000
 
-# Each field name -> the property names that set it; topic-level name first. For `segment_ms`
-# and `retention_ms` the broker also takes hours/minutes, scaled below.
-_LOG_KEYS: Final[dict[str, tuple[str, ...]]] = {
-    "segment_bytes": ("segment.bytes", "log.segment.bytes"),
-    "segment_ms": ("segment.ms", "log.roll.ms"),
-    "segment_jitter_ms": ("segment.jitter.ms", "log.roll.jitter.ms"),
-    "segment_index_bytes": ("segment.index.bytes", "log.index.size.max.bytes"),
-    "index_interval_bytes": ("index.interval.bytes", "log.index.interval.bytes"),
-    "retention_ms": ("retention.ms", "log.retention.ms"),
-    "retention_bytes": ("retention.bytes", "log.retention.bytes"),
-    "flush_messages": ("flush.messages", "log.flush.interval.messages"),
-    "flush_ms": ("flush.ms", "log.flush.interval.ms"),
-    "file_delete_delay_ms": ("file.delete.delay.ms", "log.segment.delete.delay.ms"),
-    "max_message_bytes": ("max.message.bytes", "message.max.bytes"),
-    "cleanup_policy": ("cleanup.policy", "log.cleanup.policy"),
-}
-# Coarser broker units, consulted only when the millisecond property is absent (as Kafka does).
-_SCALED_KEYS: Final[dict[str, tuple[tuple[str, int], ...]]] = {
-    "segment_ms": (("log.roll.hours", _HOUR_MS),),
-    "retention_ms": (("log.retention.minutes", _MINUTE_MS), ("log.retention.hours", _HOUR_MS)),
-}
-# The topic-level names (what CreateTopics may set); the broker-level names are for node configs.
-TOPIC_LOG_CONFIG_NAMES: Final = frozenset(keys[0] for keys in _LOG_KEYS.values())
 _CLEANUP_POLICIES: Final = frozenset({"delete", "compact", "compact,delete", "delete,compact"})
 
 
-def _as_int(key: str, value: object) -> int:
-    if isinstance(value, bool):
-        raise ValueError(f"{key}: expected an integer, got {value!r}")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            raise ValueError(f"{key}: expected an integer, got {value!r}") from None
-    raise ValueError(f"{key}: expected an integer, got {value!r}")
+def _policy_property(key: str, raw: object) -> str:
+    return str(raw).strip()
 
 
 @dataclass(frozen=True, slots=True)
 class LogConfig:
-    """Settings of one partition's log. Build with `from_properties`, or `with_overrides`."""
+    """Settings of one partition's log. Build with `from_properties`, or `with_overrides`.
 
-    segment_bytes: int = 1024 * 1024 * 1024
-    segment_ms: int = 7 * 24 * _HOUR_MS
-    segment_jitter_ms: int = 0
-    segment_index_bytes: int = 10 * 1024 * 1024
-    index_interval_bytes: int = 4096
-    retention_ms: int = 7 * 24 * _HOUR_MS  # -1: keep forever
-    retention_bytes: int = -1  # -1: no size limit
-    flush_messages: int = LONG_MAX
-    flush_ms: int = LONG_MAX
-    file_delete_delay_ms: int = 60_000
-    max_message_bytes: int = 1024 * 1024 + 12  # Kafka's 1048588
-    cleanup_policy: str = "delete"
+    Each field's metadata names the properties that set it, the topic-level name first (it wins
+    when both are given). For `segment_ms` and `retention_ms` the broker also takes hours or
+    minutes, consulted only when the millisecond property is absent (as Kafka does)."""
+
+    segment_bytes: int = field(
+        default=1024 * 1024 * 1024,
+        metadata=property_metadata("segment.bytes", "log.segment.bytes"),
+    )
+    segment_ms: int = field(
+        default=7 * 24 * _HOUR_MS,
+        metadata=property_metadata(
+            "segment.ms", "log.roll.ms", scaled={"log.roll.hours": _HOUR_MS}
+        ),
+    )
+    segment_jitter_ms: int = field(
+        default=0, metadata=property_metadata("segment.jitter.ms", "log.roll.jitter.ms")
+    )
+    segment_index_bytes: int = field(
+        default=10 * 1024 * 1024,
+        metadata=property_metadata("segment.index.bytes", "log.index.size.max.bytes"),
+    )
+    index_interval_bytes: int = field(
+        default=4096, metadata=property_metadata("index.interval.bytes", "log.index.interval.bytes")
+    )
+    # -1: keep forever
+    retention_ms: int = field(
+        default=7 * 24 * _HOUR_MS,
+        metadata=property_metadata(
+            "retention.ms",
+            "log.retention.ms",
+            scaled={"log.retention.minutes": _MINUTE_MS, "log.retention.hours": _HOUR_MS},
+        ),
+    )
+    # -1: no size limit
+    retention_bytes: int = field(
+        default=-1, metadata=property_metadata("retention.bytes", "log.retention.bytes")
+    )
+    flush_messages: int = field(
+        default=LONG_MAX,
+        metadata=property_metadata("flush.messages", "log.flush.interval.messages"),
+    )
+    flush_ms: int = field(
+        default=LONG_MAX, metadata=property_metadata("flush.ms", "log.flush.interval.ms")
+    )
+    file_delete_delay_ms: int = field(
+        default=60_000,
+        metadata=property_metadata("file.delete.delay.ms", "log.segment.delete.delay.ms"),
+    )
+    # Kafka's 1048588
+    max_message_bytes: int = field(
+        default=1024 * 1024 + 12,
+        metadata=property_metadata("max.message.bytes", "message.max.bytes"),
+    )
+    cleanup_policy: str = field(
+        default="delete",
+        metadata=property_metadata("cleanup.policy", "log.cleanup.policy", parse=_policy_property),
+    )
 
     def __post_init__(self) -> None:
         # segment.bytes must hold at least a batch header; index files at least one entry.
@@ -125,21 +145,14 @@ class LogConfig:
     def with_overrides(self, props: Mapping[str, object]) -> LogConfig:
         """This config with the log properties in `props` applied; other keys are ignored,
         since a topic's or broker's property map also holds non-log settings."""
-        changes: dict[str, object] = {}
-        for name, keys in _LOG_KEYS.items():
-            for key in keys:
-                if key in props:
-                    value = props[key]
-                    changes[name] = (
-                        str(value).strip() if name == "cleanup_policy" else _as_int(key, value)
-                    )
-                    break
-            else:
-                for key, scale in _SCALED_KEYS.get(name, ()):
-                    if key in props:
-                        changes[name] = _as_int(key, props[key]) * scale
-                        break
+        changes = property_values(LogConfig, props)
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+# Each field name -> the property names that set it, topic-level name first.
+_LOG_KEYS: Final = property_names(LogConfig)
+# The topic-level names (what CreateTopics may set); the broker-level names are for node configs.
+TOPIC_LOG_CONFIG_NAMES: Final = frozenset(keys[0] for keys in _LOG_KEYS.values())
 
 
 def topic_config_values(config: LogConfig) -> dict[str, str]:
@@ -152,39 +165,38 @@ def _check(ok: bool, key: str, value: object, expected: str) -> None:
         raise ValueError(f"{key} must be {expected}, got {value!r}")
 
 
+def _dirs_property(key: str, raw: object) -> tuple[str, ...]:
+    """A comma-separated string (blanks around names dropped), or a TOML list."""
+    if isinstance(raw, str):
+        return tuple(d.strip() for d in raw.split(",") if d.strip())
+    if isinstance(raw, list | tuple):
+        return tuple(str(d) for d in raw)
+    raise ValueError(f"{key}: expected a comma-separated string, got {raw!r}")
+
+
 @dataclass(frozen=True, slots=True)
 class LogManagerConfig:
     """Per-broker settings of the log manager (Kafka's broker property names)."""
 
-    log_dirs: tuple[str, ...] = ("/tmp/ketch-logs",)
-    retention_check_interval_ms: int = 300_000
-    flush_scheduler_interval_ms: int = LONG_MAX
-    flush_offset_checkpoint_interval_ms: int = 60_000
-    flush_start_offset_checkpoint_interval_ms: int = 60_000
+    # log.dirs, or the single log.dir when log.dirs is absent.
+    log_dirs: tuple[str, ...] = field(
+        default=("/tmp/ketch-logs",),
+        metadata=property_metadata("log.dirs", "log.dir", parse=_dirs_property),
+    )
+    retention_check_interval_ms: int = field(
+        default=300_000, metadata=property_metadata("log.retention.check.interval.ms")
+    )
+    flush_scheduler_interval_ms: int = field(
+        default=LONG_MAX, metadata=property_metadata("log.flush.scheduler.interval.ms")
+    )
+    flush_offset_checkpoint_interval_ms: int = field(
+        default=60_000, metadata=property_metadata("log.flush.offset.checkpoint.interval.ms")
+    )
+    flush_start_offset_checkpoint_interval_ms: int = field(
+        default=60_000, metadata=property_metadata("log.flush.start.offset.checkpoint.interval.ms")
+    )
     default: LogConfig = field(default_factory=LogConfig)
 
     @classmethod
     def from_properties(cls, props: Mapping[str, object]) -> LogManagerConfig:
-        dirs_value = props.get("log.dirs", props.get("log.dir", "/tmp/ketch-logs"))
-        if isinstance(dirs_value, str):
-            dirs = tuple(d.strip() for d in dirs_value.split(",") if d.strip())
-        elif isinstance(dirs_value, list | tuple):
-            dirs = tuple(str(d) for d in dirs_value)
-        else:
-            raise ValueError(f"log.dirs: expected a comma-separated string, got {dirs_value!r}")
-
-        def get(key: str, default: int) -> int:
-            return _as_int(key, props[key]) if key in props else default
-
-        return cls(
-            log_dirs=dirs,
-            retention_check_interval_ms=get("log.retention.check.interval.ms", 300_000),
-            flush_scheduler_interval_ms=get("log.flush.scheduler.interval.ms", LONG_MAX),
-            flush_offset_checkpoint_interval_ms=get(
-                "log.flush.offset.checkpoint.interval.ms", 60_000
-            ),
-            flush_start_offset_checkpoint_interval_ms=get(
-                "log.flush.start.offset.checkpoint.interval.ms", 60_000
-            ),
-            default=LogConfig.from_properties(props),
-        )
+        return config_from_properties(cls, props, default=LogConfig.from_properties(props))

@@ -24,7 +24,8 @@ from runtime.log.file_batches import FileBatches
 from runtime.log.offset_index import OffsetIndex
 from runtime.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, offset_from_file_name
 from runtime.log.time_index import TimeIndex
-from wire.records import BatchHeader, CorruptRecordError, iter_records, validate_batch
+from wire.record_reader import iter_records
+from wire.records import BatchHeader, CorruptRecordError, validate_batch
 
 EXIT_OK = 0
 EXIT_CORRUPT = 1

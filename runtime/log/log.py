@@ -1,11 +1,18 @@
 """`Log`: the segments of one partition, with offsets, reads, rolling, truncation and retention.
 
+Long because `Log` is the one owner of a partition's segment list and of the offsets that move
+with it (log start, recovery point, LEO, HW, the leader epoch cache): append, roll, truncation,
+retention and flush each change several of them at once, and keeping every such change in this
+class keeps their invariants in one place, as Kafka's UnifiedLog does. What needs none of that
+state lives beside it: the leader's checks of produced batches (`runtime.log.produced_batches`),
+loading and recovery (`runtime.log.recovery`), one segment (`runtime.log.segment`).
+
 Ownership: a `Log` belongs to one actor at a time (the partition actor), so it has no locks and
 its methods are synchronous. They are fast — an append is a validation pass, a patched 16-byte
-prefix per batch and one ``pwritev`` — except for the long jobs, which have async wrappers that
-run the blocking part in a worker thread (`asyncio.to_thread`): `open_async` (loading and recovery
-scans), `flush_async` (fsync of whole segments) and `delete_segment_files_async` (unlinking
-segments).
+prefix per batch and one ``pwritev`` — except for the long jobs. `Log.open` (loading and
+recovery scans) blocks; the log manager runs it in worker threads, before the log has an owner.
+`flush_async` (fsync of whole segments) and `delete_segment_files_async` (unlinking segments)
+run their blocking part in a worker thread (`asyncio.to_thread`).
 
 Offsets: the log end offset (LEO) is one past the last appended offset. The log start offset only
 grows (retention, `maybe_increment_log_start_offset`, truncation below it). The recovery point is
@@ -15,9 +22,9 @@ offsets at or above it, as in Kafka.
 
 Two append paths, both storing batches byte-for-byte:
 
-* `append_as_leader` validates each batch (structure, CRC-32C, size limit, record count) and
-  writes it with its base offset and partition leader epoch replaced (both outside the CRC) —
-  no re-encoding, no copy.
+* `append_as_leader` validates each batch (structure, CRC-32C, size limit, record count; the
+  rules are in `runtime.log.produced_batches`) and writes it with its base offset and partition
+  leader epoch replaced (both outside the CRC) — no re-encoding, no copy.
 * `append_as_follower` validates structure and CRC and checks that offsets start at or above the
   LEO and increase, then appends the bytes unchanged.
 
@@ -34,10 +41,9 @@ import contextlib
 import os
 import random
 import shutil
-import struct
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Final, NoReturn
+from typing import Final
 
 from runtime.clock import Clock
 from runtime.log.checkpoints import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheckpointFile
@@ -45,9 +51,7 @@ from runtime.log.config import LogConfig
 from runtime.log.epoch_cache import LeaderEpochCache
 from runtime.log.errors import (
     InvalidOffsetError,
-    InvalidRecordError,
     OffsetOutOfRangeError,
-    RecordTooLargeError,
 )
 from runtime.log.index_file import INT32_MAX
 from runtime.log.offsets import (
@@ -56,36 +60,33 @@ from runtime.log.offsets import (
     LogOffsetMetadata,
     TimestampAndOffset,
 )
+from runtime.log.produced_batches import (
+    PREFIX_SIZE,
+    pack_prefix,
+    patch_batches,
+    reject_batch,
+    require_keys,
+)
 from runtime.log.recovery import RecoveryReport, load_segments
 from runtime.log.segment import DELETED_SUFFIX, LogSegment
 from runtime.log.time_index import NO_TIMESTAMP
+from wire.messages.data import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 from wire.records import (
+    CONTROL_BIT,
     LOG_OVERHEAD,
-    BatchHeader,
     iter_batches,
-    iter_records,
     validate_batch,
     validate_batch_for_append,
 )
 
-EARLIEST_TIMESTAMP: Final = -2  # ListOffsets sentinels, Kafka's values
-LATEST_TIMESTAMP: Final = -1
-MAX_TIMESTAMP: Final = -3  # KIP-734 (ListOffsets v7)
-
 Records = bytes | bytearray | memoryview
-# baseOffset, batchLength, partitionLeaderEpoch: the first 16 bytes of a batch, as rewritten by
-# the leader (batchLength is copied unchanged; it sits between the two patched fields).
-_PATCHED_PREFIX: Final = struct.Struct(">qii")
-_pack_prefix: Final = _PATCHED_PREFIX.pack
-_PREFIX_SIZE: Final = _PATCHED_PREFIX.size
-_CONTROL: Final = 0x20  # attributes bit 5: a control batch, which only the broker writes
 # LogAppendInfo is a NamedTuple; tuple.__new__ skips its generated Python-level __new__ (the
 # same object, built in a third of the time: one is built per produce request).
 _new_info: Final = tuple.__new__
 
 
 class Log:
-    """One partition's log. Construct with `Log.open` (or `open_async`)."""
+    """One partition's log. Construct with `Log.open`."""
 
     def __init__(
         self,
@@ -166,35 +167,6 @@ class Log:
             log.update_high_watermark(high_watermark)
         return log
 
-    @classmethod
-    async def open_async(
-        cls,
-        directory: Path,
-        config: LogConfig,
-        clock: Clock,
-        *,
-        log_start_offset: int = 0,
-        recovery_point: int = 0,
-        high_watermark: int | None = None,
-        had_clean_shutdown: bool = False,
-        rng: random.Random | None = None,
-    ) -> Log:
-        """`open` in a worker thread: a recovery scan reads every unflushed byte."""
-
-        def load() -> Log:
-            return cls.open(
-                directory,
-                config,
-                clock,
-                log_start_offset=log_start_offset,
-                recovery_point=recovery_point,
-                high_watermark=high_watermark,
-                had_clean_shutdown=had_clean_shutdown,
-                rng=rng,
-            )
-
-        return await asyncio.to_thread(load)
-
     # -- state ----------------------------------------------------------------------------------
 
     @property
@@ -266,17 +238,17 @@ class Log:
         # Hot path: every produce request ends here, and the benchmark target (issue 3) leaves
         # about two microseconds of Python per 16 KB batch beyond the CRC and the write. Hence
         # the hand-inlined shape: `validate_batch_for_append` (a tuple, no BatchHeader), a
-        # straight path for the usual one-batch request (more batches go to `_patch_batches`),
+        # straight path for the usual one-batch request (more batches go to `patch_batches`),
         # the record count derived from the offsets, the roll check fused with the segment
         # append, and `_append_to_active` inlined. The readable checks run only when a batch
-        # is rejected (`_reject_produced_batch` gets a BatchHeader from `validate_batch`).
+        # is rejected (`reject_batch` gets a BatchHeader from `validate_batch`).
         if not -1 <= leader_epoch <= INT32_MAX:
             raise ValueError(f"leader epoch {leader_epoch} outside int32")
         view = memoryview(records)
         end = len(view)
         first_offset = self._leo
         if "compact" in self.config.cleanup_policy:
-            _require_keys(view)
+            require_keys(view)
         if not end:
             return _new_info(
                 LogAppendInfo, (first_offset, first_offset - 1, NO_TIMESTAMP, first_offset, 0, 0, 0)
@@ -287,22 +259,26 @@ class Log:
             size > self.config.max_message_bytes
             or count < 1
             or last_delta != count - 1
-            or attributes & _CONTROL
+            or attributes & CONTROL_BIT
         ):
-            self._reject_produced_batch(0, validate_batch(view, 0))
+            reject_batch(0, validate_batch(view, 0), self.config.max_message_bytes)
         offset = first_offset + count  # records are numbered 0..count-1, checked above
         if size == end:
             chunks: list[bytes | memoryview] = [
-                _pack_prefix(first_offset, length, leader_epoch),
-                view[_PREFIX_SIZE:end],
+                pack_prefix(first_offset, length, leader_epoch),
+                view[PREFIX_SIZE:end],
             ]
             if max_ts > NO_TIMESTAMP:
                 offset_of_max_ts = offset - 1
             else:
                 max_ts, offset_of_max_ts = NO_TIMESTAMP, first_offset
         else:
-            chunks, offset, max_ts, offset_of_max_ts = self._patch_batches(
-                view, leader_epoch, first_offset, (length, count, max_ts)
+            chunks, offset, max_ts, offset_of_max_ts = patch_batches(
+                view,
+                leader_epoch,
+                first_offset,
+                (length, count, max_ts),
+                self.config.max_message_bytes,
             )
         if leader_epoch >= 0 and leader_epoch != self.epoch_cache.latest_epoch:
             self.epoch_cache.assign(leader_epoch, first_offset)
@@ -326,56 +302,6 @@ class Log:
                 offset - first_offset,
             ),
         )
-
-    def _patch_batches(
-        self, view: memoryview, leader_epoch: int, first_offset: int, first: tuple[int, int, int]
-    ) -> tuple[list[bytes | memoryview], int, int, int]:
-        """`append_as_leader` for a request of several batches, the first already checked
-        (``first`` is its batch length, record count and max timestamp). Returns the chunks to
-        write (per batch, a patched 16-byte prefix and a view of the rest), the next offset,
-        the max timestamp and the offset of the max timestamp."""
-        max_bytes = self.config.max_message_bytes
-        length, count, batch_max_ts = first
-        position, end = 0, len(view)
-        chunks: list[bytes | memoryview] = []
-        offset = first_offset
-        max_ts, offset_of_max_ts = NO_TIMESTAMP, first_offset
-        while True:
-            size = length + LOG_OVERHEAD
-            chunks.append(_pack_prefix(offset, length, leader_epoch))
-            chunks.append(view[position + _PREFIX_SIZE : position + size])
-            offset += count
-            if batch_max_ts > max_ts:
-                max_ts, offset_of_max_ts = batch_max_ts, offset - 1
-            position += size
-            if position >= end:
-                return chunks, offset, max_ts, offset_of_max_ts
-            length, _, _, attributes, last_delta, batch_max_ts, count = validate_batch_for_append(
-                view, position
-            )
-            if (
-                length + LOG_OVERHEAD > max_bytes
-                or count < 1
-                or last_delta != count - 1
-                or attributes & _CONTROL
-            ):
-                self._reject_produced_batch(position, validate_batch(view, position))
-
-    def _reject_produced_batch(self, position: int, header: BatchHeader) -> NoReturn:
-        if header.size_bytes > self.config.max_message_bytes:
-            raise RecordTooLargeError(
-                f"batch at byte {position} is {header.size_bytes} bytes, over "
-                f"max.message.bytes {self.config.max_message_bytes}"
-            )
-        # A producer's batch numbers its records 0..n-1; anything else would let a client burn
-        # offsets or hide records from offset assignment.
-        if header.records_count < 1 or header.last_offset_delta != header.records_count - 1:
-            raise InvalidRecordError(
-                f"batch at byte {position} has {header.records_count} records but "
-                f"last offset delta {header.last_offset_delta}"
-            )
-        assert header.is_control, header
-        raise InvalidRecordError(f"batch at byte {position}: clients cannot write control batches")
 
     def append_as_follower(self, records: Records) -> LogAppendInfo:
         """Append batches replicated from the leader, unchanged.
@@ -744,16 +670,3 @@ def _jitter_source(config: LogConfig, rng: random.Random) -> Callable[[], int]:
     """Kafka's segment.jitter.ms: a random amount below it, per segment (0 when unset)."""
     limit = min(config.segment_jitter_ms, config.segment_ms)
     return (lambda: rng.randrange(limit)) if limit > 0 else (lambda: 0)
-
-
-def _require_keys(view: memoryview) -> None:
-    """A compacted topic keeps the latest record per key, so a record without a key could never
-    be cleaned: Kafka refuses it (INVALID_RECORD). This reads every record (decompressing), so
-    it runs only for compacted topics; the CRC check of the normal path still follows."""
-    for position, _ in iter_batches(view):
-        for index, record in enumerate(iter_records(view, position)):
-            if record.key is None:
-                raise InvalidRecordError(
-                    f"batch at byte {position}, record {index}: a compacted topic needs a key "
-                    "on every record"
-                )

@@ -36,7 +36,8 @@ import os
 import random
 import shutil
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
@@ -79,6 +80,16 @@ class LoadedDir:
     reports: dict[TopicPartition, RecoveryReport]
 
 
+@dataclass(slots=True)
+class _DirContents:
+    """One log dir as its loader thread read it, before it joins the manager's tables."""
+
+    directory: Path
+    clean_shutdown: bool
+    logs: dict[TopicPartition, Log] = field(default_factory=dict)
+    doomed: list[tuple[int, Path]] = field(default_factory=list)  # (due monotonic ms, dir)
+
+
 class LogManager:
     def __init__(
         self, config: LogManagerConfig, clock: Clock, *, rng: random.Random | None = None
@@ -116,52 +127,50 @@ class LogManager:
         self._lock_fds.clear()
 
     def open(self) -> list[LoadedDir]:
-        """Lock every log dir and load its logs (recovering after an unclean shutdown). Blocking.
+        """Lock every log dir and load its logs (recovering after an unclean shutdown). Blocking;
+        `open_async` runs it off the event loop.
 
-        If another process holds any dir, nothing stays locked and LogDirLockedError is raised.
+        Each dir is read in its own worker thread (dirs are separate disks, and a recovery scan
+        reads every unflushed byte); the logs join the manager's tables on this thread, in dir
+        order, so the loaders share nothing. If another process holds any dir, nothing stays
+        locked and LogDirLockedError is raised.
         """
         try:
             for directory in self._dirs:
                 self._lock(directory)
-            return [self._load_dir(directory) for directory in self._dirs]
+            # One seed per dir, drawn here in dir order: the loaders finish in any order.
+            seeds = [self._rng.random() for _ in self._dirs]
+            with ThreadPoolExecutor(len(self._dirs), thread_name_prefix="log-dir-load") as pool:
+                read = list(pool.map(self._read_dir, self._dirs, seeds))
+            return [self._adopt(contents) for contents in read]
         except BaseException:
             self._unlock_all()
             raise
 
     async def open_async(self) -> list[LoadedDir]:
-        """`open` with each log dir loaded in its own worker thread."""
-        try:
-            for directory in self._dirs:
-                self._lock(directory)
-            loaded = await asyncio.gather(
-                *(asyncio.to_thread(self._load_dir, d) for d in self._dirs)
-            )
-            return list(loaded)
-        except BaseException:
-            self._unlock_all()
-            raise
+        """`open` in a worker thread, so the event loop runs on while the logs load."""
+        return await asyncio.to_thread(self.open)
 
-    def _load_dir(self, directory: Path) -> LoadedDir:
-        marker = directory / CLEAN_SHUTDOWN_FILE
-        clean = marker.exists()
+    def _read_dir(self, directory: Path, seed: float) -> _DirContents:
+        """Load every log of one dir (a loader thread: it touches nothing of the manager's)."""
+        clean = (directory / CLEAN_SHUTDOWN_FILE).exists()
         recovery_points = _read_or_empty(directory / RECOVERY_POINT_CHECKPOINT)
         start_offsets = _read_or_empty(directory / LOG_START_OFFSET_CHECKPOINT)
         high_watermarks = _read_or_empty(directory / REPLICATION_OFFSET_CHECKPOINT)
-        reports: dict[TopicPartition, RecoveryReport] = {}
+        rng = random.Random(seed)
+        contents = _DirContents(directory, clean)
         due_ms = self._clock.monotonic_ms()
         for child in sorted(directory.iterdir()):
             if not child.is_dir() or is_ignored_dir(child.name):
                 continue
             if is_delete_dir(child.name):
-                self._doomed_dirs.append((due_ms, child))
+                contents.doomed.append((due_ms, child))
                 continue
             try:
                 tp = TopicPartition.from_dir_name(child.name)
             except ValueError:
                 raise LogDirError(f"{child} is not a partition directory") from None
-            if tp in self._logs:
-                raise LogDirError(f"{tp} is in both {self._dir_of[tp]} and {directory}")
-            log = Log.open(
+            contents.logs[tp] = Log.open(
                 child,
                 self.config_for(tp.topic),
                 self._clock,
@@ -169,15 +178,25 @@ class LogManager:
                 recovery_point=recovery_points.get(tp, 0),
                 high_watermark=high_watermarks.get(tp),
                 had_clean_shutdown=clean,
-                rng=random.Random(self._rng.random()),
+                rng=random.Random(rng.random()),
             )
+        return contents
+
+    def _adopt(self, contents: _DirContents) -> LoadedDir:
+        """Enter one loaded dir's logs in the manager's tables, then remove its clean-shutdown
+        marker: from here on a crash must be seen as unclean."""
+        directory = contents.directory
+        for tp, log in contents.logs.items():
+            if tp in self._logs:
+                raise LogDirError(f"{tp} is in both {self._dir_of[tp]} and {directory}")
             self._logs[tp] = log
             self._dir_of[tp] = directory
-            reports[tp] = log.recovery_report
-        if clean:
-            marker.unlink()
+        self._doomed_dirs.extend(contents.doomed)
+        if contents.clean_shutdown:
+            (directory / CLEAN_SHUTDOWN_FILE).unlink()
             fsync_dir(directory)
-        return LoadedDir(directory, clean, reports)
+        reports = {tp: log.recovery_report for tp, log in contents.logs.items()}
+        return LoadedDir(directory, contents.clean_shutdown, reports)
 
     # -- logs ---------------------------------------------------------------------------------
 

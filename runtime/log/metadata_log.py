@@ -1,34 +1,14 @@
 """The controller's durable metadata log: append-only commits of msgpack records, plus snapshots.
 
 The controller (actors/controller/controller.py) turns every change of its metadata — brokers,
-topics,
-assignments, leader/ISR, epochs — into records (msgpack-able dicts whose meaning only it knows),
-commits them here before acting on them, and after a restart replays `load()`'s records to
-rebuild its state. This module knows nothing about what the records say.
+topics, assignments, leader/ISR, epochs — into records (msgpack-able dicts whose meaning only it
+knows), commits them here before acting on them, and after a restart replays `load()`'s records
+to rebuild its state. This module knows nothing about what the records say.
 
-Directory layout (one directory, owned by one controller process)::
-
-    .lock                              flock(LOCK_EX | LOCK_NB) while open: a second controller
-                                       on the same directory gets LogDirLockedError
-    00000000000000000000.log           segment, named by the offset of its first record
-    00000000000000001234.log           the last segment is the active one (appends go there)
-    00000000000000001200.snapshot      snapshot holding the state as of offsets < 1200
-    *.tmp                              a snapshot being written; stale ones are deleted at load
-
-Every record has an offset, 0, 1, 2, ... A segment is a sequence of frames::
-
-    [length u32 BE][crc32c u32 BE][body: `length` bytes of msgpack]
-
-with the CRC32C (Castagnoli) computed over the body. A segment frame's body is the map
-``{"offset": <offset of its first record>, "records": [<record>, ...]}`` (at least one record).
-One frame is written per disk write: the commits that queued up while the previous write was
-being fsync'd are written together as one frame (group commit), so a frame is all-or-nothing
-and a commit is never replayed in part. A frame's `offset` must be the offset following the
-previous frame (the first frame's: the segment's base offset), so a misplaced frame is caught.
-
-A snapshot file is exactly one frame whose body is
-``{"version": 0, "last_offset": <L>, "records": [<record>, ...]}``, named ``<L + 1>.snapshot``;
-its records are the controller's state as of offset L, replayed instead of every record <= L.
+The files and the bytes in them (directory layout, frames, snapshots) are in
+`runtime.log.metadata_log_format`. In short: every record has an offset, 0, 1, 2, ...; a segment
+is a sequence of checksummed frames, each holding the records of one group commit; a snapshot
+file is one frame holding the state as of an offset.
 
 Durability and crash policy:
 
@@ -67,34 +47,35 @@ import asyncio
 import fcntl
 import logging
 import os
-import re
-import struct
 from collections import deque
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-import msgpack
-from crc32c import crc32c
-
 from runtime.log.checkpoints import TMP_SUFFIX, fsync_dir
 from runtime.log.errors import LogDirLockedError, LogError
+from runtime.log.metadata_log_format import (
+    HEADER_BYTES,
+    LOCK_FILE,
+    SEGMENT_NAME,
+    SNAPSHOT_NAME,
+    Record,
+    encode_frame,
+    is_record_list,
+    pack,
+    parse_segment_frame,
+    read_snapshot,
+    segment_body,
+    segment_name,
+    snapshot_body,
+    snapshot_name,
+    valid_frame_follows,
+    write_all,
+    write_bytes_atomically,
+)
 
-Record = dict[Any, Any]
-
-HEADER: Final = struct.Struct(">II")  # length, crc32c
-HEADER_BYTES: Final = HEADER.size
-LOCK_FILE: Final = ".lock"
-SEGMENT_SUFFIX: Final = ".log"
-SNAPSHOT_SUFFIX: Final = ".snapshot"
-SNAPSHOT_VERSION: Final = 0
 DEFAULT_SEGMENT_BYTES: Final = 8 * 1024 * 1024
 DEFAULT_MAX_FRAME_BYTES: Final = 8 * 1024 * 1024
-
-_BODY_FIRST_BYTE: Final = 0x82  # msgpack fixmap of two entries: every segment frame's body
-_SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
-_SNAPSHOT_NAME = re.compile(r"^(\d{20})\.snapshot$")
 
 logger = logging.getLogger(__name__)
 
@@ -105,129 +86,6 @@ class MetadataLogCorruptError(LogError):
 
 class MetadataLogFailedError(LogError):
     """A write or fsync failed, or the log is closed: no more appends."""
-
-
-def segment_name(base_offset: int) -> str:
-    return f"{base_offset:020d}{SEGMENT_SUFFIX}"
-
-
-def snapshot_name(next_offset: int) -> str:
-    return f"{next_offset:020d}{SNAPSHOT_SUFFIX}"
-
-
-# -- frames ---------------------------------------------------------------------------------------
-
-
-def _pack(obj: object) -> bytes:
-    packed = msgpack.packb(obj, use_bin_type=True)
-    assert isinstance(packed, bytes)
-    return packed
-
-
-def _frame(body: bytes) -> bytes:
-    return HEADER.pack(len(body), crc32c(body)) + body
-
-
-def _segment_body(first_offset: int, packed_records: Sequence[bytes]) -> bytes:
-    """The msgpack of {"offset": first_offset, "records": [...]}, from records packed at append
-    time (so a group commit does not encode every record a second time)."""
-    packer = msgpack.Packer(use_bin_type=True)
-    head: bytes = (
-        packer.pack_map_header(2)
-        + packer.pack("offset")
-        + packer.pack(first_offset)
-        + packer.pack("records")
-        + packer.pack_array_header(len(packed_records))
-    )
-    return head + b"".join(packed_records)
-
-
-def _decode_body(data: bytes | memoryview, pos: int, max_body_bytes: int) -> tuple[Any, int] | None:
-    """(decoded body, end position) of a frame at `pos` whose length and CRC check, else None."""
-    if len(data) - pos < HEADER_BYTES:
-        return None
-    length, crc = HEADER.unpack_from(data, pos)
-    end = pos + HEADER_BYTES + length
-    if length > max_body_bytes or end > len(data):
-        return None
-    body = data[pos + HEADER_BYTES : end]
-    if crc32c(body) != crc:
-        return None
-    try:
-        return msgpack.unpackb(body, raw=False, strict_map_key=False), end
-    except (ValueError, TypeError, msgpack.UnpackException):
-        return None
-
-
-def _is_record_list(value: object) -> bool:
-    return isinstance(value, list) and all(isinstance(r, dict) for r in value)
-
-
-def _parse_segment_frame(
-    data: bytes | memoryview, pos: int, expected_offset: int, max_body_bytes: int
-) -> tuple[int, list[Record], int] | None:
-    """(first offset, records, end) of a valid segment frame at `pos` starting exactly at
-    `expected_offset`, else None."""
-    decoded = _decode_body(data, pos, max_body_bytes)
-    if decoded is None:
-        return None
-    body, end = decoded
-    if not isinstance(body, dict) or set(body) != {"offset", "records"}:
-        return None
-    offset, records = body["offset"], body["records"]
-    if type(offset) is not int or offset != expected_offset:
-        return None
-    if not _is_record_list(records) or not records:
-        return None
-    return offset, records, end
-
-
-def _valid_frame_follows(
-    data: bytes | memoryview, start: int, min_offset: int, max_body_bytes: int
-) -> int | None:
-    """The position of a valid-looking segment frame at or after `start`, if any.
-
-    Used after a bad frame, whose length field cannot be trusted, so every position is tried.
-    The caller bounds the region to one frame (a torn tail is at most one write), and a body
-    must begin with the two-entry map header before its CRC is computed, which keeps the scan
-    cheap; a hit means data after the damage was intact: corruption, not a torn write.
-    """
-    for pos in range(start, len(data) - HEADER_BYTES):
-        if data[pos + HEADER_BYTES] != _BODY_FIRST_BYTE:
-            continue
-        decoded = _decode_body(data, pos, max_body_bytes)
-        if decoded is None:
-            continue
-        body = decoded[0]
-        if (
-            isinstance(body, dict)
-            and type(body.get("offset")) is int
-            and body["offset"] >= min_offset
-            and _is_record_list(body.get("records"))
-        ):
-            return pos
-    return None
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
-
-
-def write_bytes_atomically(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` so that a crash leaves the old or the new file, whole
-    (checkpoints.write_atomically's protocol, for bytes)."""
-    tmp = path.with_name(path.name + TMP_SUFFIX)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        _write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
 
 
 # -- queued operations ----------------------------------------------------------------------------
@@ -364,9 +222,9 @@ class MetadataLog:
             if name.endswith(TMP_SUFFIX):
                 # A snapshot whose rename never happened: the old snapshots are still complete.
                 os.unlink(self.directory / name)
-            elif match := _SEGMENT_NAME.match(name):
+            elif match := SEGMENT_NAME.match(name):
                 segments.append(int(match.group(1)))
-            elif match := _SNAPSHOT_NAME.match(name):
+            elif match := SNAPSHOT_NAME.match(name):
                 snapshots.append(int(match.group(1)))
         segments.sort()
         snapshots.sort()
@@ -406,29 +264,12 @@ class MetadataLog:
     def _latest_valid_snapshot(self, snapshots: list[int]) -> _LoadedSnapshot:
         for next_offset in reversed(snapshots):
             path = self.directory / snapshot_name(next_offset)
-            records = self._read_snapshot(path, next_offset)
+            records = read_snapshot(path, next_offset)
             if records is not None:
                 return _LoadedSnapshot(next_offset, records)
             self.corrupt_snapshots += 1
             logger.error("metadata snapshot %s is corrupt; trying an older one", path)
         return _LoadedSnapshot(0)
-
-    @staticmethod
-    def _read_snapshot(path: Path, next_offset: int) -> list[Record] | None:
-        data = path.read_bytes()
-        decoded = _decode_body(data, 0, len(data))
-        if decoded is None or decoded[1] != len(data):
-            return None
-        body = decoded[0]
-        if (
-            not isinstance(body, dict)
-            or body.get("version") != SNAPSHOT_VERSION
-            or body.get("last_offset") != next_offset - 1
-            or not _is_record_list(body.get("records"))
-        ):
-            return None
-        records: list[Record] = body["records"]
-        return records
 
     def _replay(self, bases: list[int], start: int, records: list[Record]) -> int:
         """Append the records >= `start` of segments `bases` to `records`; the next offset."""
@@ -442,7 +283,7 @@ class MetadataLog:
             data = path.read_bytes()
             pos = 0
             while pos < len(data):
-                parsed = _parse_segment_frame(data, pos, expected, self.max_frame_bytes)
+                parsed = parse_segment_frame(data, pos, expected, self.max_frame_bytes)
                 if parsed is None:
                     self._bad_frame(path, data, pos, expected, is_last=index + 1 == len(bases))
                     break
@@ -465,7 +306,7 @@ class MetadataLog:
                 f"{path}: bad frame at byte {pos} (offset {expected}) with more than one frame "
                 f"of data after it: durable records are damaged"
             )
-        follower = _valid_frame_follows(data, pos + 1, expected, self.max_frame_bytes)
+        follower = valid_frame_follows(data, pos + 1, expected, self.max_frame_bytes)
         if follower is not None:
             raise MetadataLogCorruptError(
                 f"{path}: bad frame at byte {pos} (offset {expected}) followed by a valid frame "
@@ -516,7 +357,7 @@ class MetadataLog:
         for record in records:
             if not isinstance(record, dict):
                 raise TypeError(f"a metadata record is a dict, got {type(record).__name__}")
-            packed.append(_pack(record))
+            packed.append(pack(record))
         size = sum(len(p) for p in packed)
         # Room for the frame header and the body's map/array headers.
         if size + 64 > self.max_frame_bytes:
@@ -537,9 +378,9 @@ class MetadataLog:
                 f"snapshot offset {last_offset} outside "
                 f"[{self._snapshot_next_offset - 1}, {self._next_offset - 1}]"
             )
-        if not _is_record_list(records):
+        if not is_record_list(records):
             raise TypeError("snapshot records must be a list of dicts")
-        body = _pack({"version": SNAPSHOT_VERSION, "last_offset": last_offset, "records": records})
+        body = snapshot_body(last_offset, records)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._snapshot_next_offset = last_offset + 1
         self._enqueue(_Snapshot(last_offset, body, done))
@@ -584,10 +425,12 @@ class MetadataLog:
                     continue
                 group = self._take_group()
                 self._writing = [commit.done for commit in group]
-                body = _segment_body(
+                body = segment_body(
                     group[0].first_offset, [p for c in group for p in c.packed_records]
                 )
-                await asyncio.to_thread(self._write_frame, _frame(body), group[-1].last_offset + 1)
+                await asyncio.to_thread(
+                    self._write_frame, encode_frame(body), group[-1].last_offset + 1
+                )
                 self._writing = []
                 self.writes += 1
                 self.commits += len(group)
@@ -628,7 +471,7 @@ class MetadataLog:
 
     def _write_frame(self, frame: bytes, next_offset: int) -> None:
         assert self._active_fd is not None
-        _write_all(self._active_fd, frame)
+        write_all(self._active_fd, frame)
         os.fsync(self._active_fd)
         self._active_size += len(frame)
         self._written_next_offset = next_offset
@@ -639,7 +482,7 @@ class MetadataLog:
         if last_offset + 1 == self._written_next_offset and self._active_size > 0:
             # Roll, so that the segment holding `last_offset` is wholly covered and deleted.
             self._create_segment(self._written_next_offset)
-        write_bytes_atomically(self.directory / snapshot_name(last_offset + 1), _frame(body))
+        write_bytes_atomically(self.directory / snapshot_name(last_offset + 1), encode_frame(body))
         keep = last_offset + 1
         bases = self._segment_bases
         covered = [b for i, b in enumerate(bases[:-1]) if bases[i + 1] <= keep]

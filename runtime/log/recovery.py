@@ -23,7 +23,7 @@ Order of work (Kafka's LogLoader):
    point becomes the LEO after a clean shutdown, else at most the LEO (recovered bytes are not
    fsynced yet, so the recovery point only advances with a flush).
 
-Runs synchronously; `Log.open_async` and the log manager run it in a worker thread.
+Runs synchronously, inside `Log.open`; the log manager runs that in worker threads.
 """
 
 from __future__ import annotations

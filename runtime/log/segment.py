@@ -1,5 +1,11 @@
 """One log segment: a `.log` file of record batches plus its offset and time indexes.
 
+Long because one segment's file, its two indexes and the produce fast path's cached limits are
+one piece of state: every method that changes the segment must disarm that fast path
+(`_fast_index_room = 0`) or re-arm it, which can only be checked with all of them in one class.
+The index files (`offset_index`, `time_index`) and the batch walk over the file
+(`file_batches`) already live apart.
+
 Files, named by the segment's base offset as 20 zero-padded digits (``00000000000000000042``):
 
 * ``.log`` — RecordBatch v2 batches (layout in `wire.records`), concatenated, nothing else. The
@@ -38,7 +44,8 @@ from runtime.log.index_file import INT32_MAX
 from runtime.log.offset_index import OffsetIndex
 from runtime.log.offsets import FetchDataInfo, LogOffsetMetadata, TimestampAndOffset
 from runtime.log.time_index import NO_TIMESTAMP, TimeIndex
-from wire.records import LOG_OVERHEAD, iter_records
+from wire.record_reader import iter_records
+from wire.records import LOG_OVERHEAD
 
 LOG_SUFFIX: Final = ".log"
 INDEX_SUFFIX: Final = ".index"

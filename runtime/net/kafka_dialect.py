@@ -28,10 +28,12 @@ from typing import Any
 
 from kio.static.constants import EntityType
 
-from runtime.net.server import Call, Handler, RequestContext, Server
+from runtime.net.dialect import Call, Handler, RequestContext
+from runtime.net.server import Server
 from runtime.net.transport import Stream
+from wire.error_responses import error_response
 from wire.errors import ErrorCode
-from wire.kafka.apis import API_VERSIONS_RANGE, APIS, KafkaApi, TopicIds, error_response
+from wire.kafka.apis import API_VERSIONS_RANGE, APIS, KafkaApi, TopicIds
 from wire.kafka.codec import (
     KafkaFrameError,
     KafkaRequest,
@@ -61,15 +63,16 @@ class KafkaProtocol:
 
     def dialect(self, server: Server, stream: Stream) -> KafkaDialect:
         """The `DialectFactory` for `Server(dialect=...)`."""
-        return KafkaDialect(self, stream.peer)
+        return KafkaDialect(self, stream.peer, server.listener)
 
 
 class KafkaDialect:
-    """One Kafka connection (its only state is who the peer is)."""
+    """One Kafka connection (its only state is who the peer is, and on which listener)."""
 
-    def __init__(self, protocol: KafkaProtocol, peer: str) -> None:
+    def __init__(self, protocol: KafkaProtocol, peer: str, listener: str) -> None:
         self.protocol = protocol
         self.peer = peer
+        self.listener = listener
 
     # -- admitting a frame ------------------------------------------------------------------------
 
@@ -106,6 +109,7 @@ class KafkaDialect:
             api_version=request.api_version,
             correlation_id=request.correlation_id,
             cluster_member=False,
+            listener=self.listener,
         )
 
     def api_versions(self, response_cls: type[Any]) -> Any:

@@ -1,9 +1,10 @@
 """The request server: connections in, typed requests to handlers, responses out.
 
 One `Server` serves one listener of a `Transport` (TCP or the in-memory network) in one
-*dialect*: ketch's native protocol (`NativeDialect`, the default) or Kafka's
-(runtime/net/kafka_dialect.py). The dialect turns a frame into a `Call` (handler, typed request)
-or a ready answer, and frames the handler's response; everything else here is the same for both.
+*dialect* (runtime/net/dialect.py): ketch's native protocol (runtime/net/native_dialect.py, the
+default) or Kafka's (runtime/net/kafka_dialect.py). The dialect turns a frame into a `Call`
+(handler, typed request) or a ready answer, and frames the handler's response; everything else
+here is the same for both.
 Both protocols frame requests with a 4-byte big-endian length. Per connection:
 
 * **One reader task** (the task the transport starts for the stream) reads bytes, cuts frames
@@ -54,37 +55,27 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, Self
+from typing import Any, Self
 
 from runtime.clock import NS_PER_MS, Alarm, Clock
-from runtime.net import auth
 from runtime.net.auth import ServerAuthenticator
+from runtime.net.dialect import Call, DialectFactory, Handler, RequestContext
+from runtime.net.native_dialect import NativeDialect
 from runtime.net.transport import Address, Listener, Stream, Transport
-from wire.envelope import ResponseEnvelope, decode_request, encode_response
+from runtime.properties import config_from_properties
 from wire.errors import ErrorCode, ProtocolError
-from wire.frames import FrameDecoder, encode_frame
+from wire.frames import FrameDecoder
 from wire.messages import (
-    CONTROL_PLANE_API_KEYS,
     ApiKey,
     ApiVersionsRequest,
     ApiVersionsResponse,
     ApiVersionsResponseKey,
-    MessageError,
     Request,
     Response,
-    SaslAuthenticateRequest,
-    SaslAuthenticateResponse,
-    SaslHandshakeRequest,
-    SaslHandshakeResponse,
-    UnsupportedVersionError,
-    error_body,
-    request_class,
     supported_versions,
 )
 
 _log = logging.getLogger(__name__)
-
-_SASL_API_KEYS = frozenset({int(ApiKey.SASL_HANDSHAKE), int(ApiKey.SASL_AUTHENTICATE)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,14 +95,6 @@ class ServerConfig:
     # server.shutdown.timeout.ms: how long stop() lets outstanding requests finish.
     server_shutdown_timeout_ms: int = 30_000
 
-    PROPERTIES = (
-        "socket.request.max.bytes",
-        "max.connections",
-        "connections.max.idle.ms",
-        "queued.max.requests",
-        "server.shutdown.timeout.ms",
-    )
-
     def __post_init__(self) -> None:
         for name in (
             "socket_request_max_bytes",
@@ -130,30 +113,8 @@ class ServerConfig:
 
         (A node's config file holds every component's properties; the node validates the set.)
         """
-        values: dict[str, int] = {}
-        for key in cls.PROPERTIES:
-            if key in props:
-                raw = props[key]
-                if isinstance(raw, bool) or not isinstance(raw, int | str):
-                    raise ValueError(f"{key} must be an integer, got {raw!r}")
-                values[key.replace(".", "_")] = int(raw)
-        return cls(**values)
+        return config_from_properties(cls, props)
 
-
-@dataclass(frozen=True, slots=True)
-class RequestContext:
-    """What a handler may know about where a request came from."""
-
-    peer: str
-    client_id: str | None
-    api_key: int
-    api_version: int
-    correlation_id: int
-    cluster_member: bool  # the connection proved the cluster credential
-
-
-Handler = Callable[[Any, RequestContext], Awaitable[Response | None]]
-"""`handler(request, ctx) -> response`; registered by API key, called for every version."""
 
 RequestObserver = Callable[[Request, int], None]
 """`observer(request, elapsed_ns)`: called on the loop once a handler's response is ready."""
@@ -166,109 +127,6 @@ class _Slot:
 
     def __init__(self, frame: bytes | None = None) -> None:
         self.frame = frame  # the encoded response frame once it is known
-
-
-@dataclass(frozen=True, slots=True)
-class Call:
-    """A decoded request for a handler, and how its answer is framed in the request's dialect."""
-
-    handler: Handler
-    request: Request
-    context: RequestContext
-    # Whatever else the dialect needs to frame the answer (the Kafka dialect: the decoded
-    # request, whose fields some answers echo).
-    origin: object = None
-
-
-class Dialect(Protocol):
-    """One connection's protocol: cuts requests out of frames and frames their answers.
-
-    `admit(frame)` returns either a ready response frame (b"": no response), answered in order
-    without calling a handler, or a `Call` to serve; it raises `ProtocolError` when the frame
-    cannot be trusted, which closes the connection. `encode(call, response)` frames a handler's
-    answer (None: no response, b""); `error(call, code)` frames an error answer for a handler
-    that failed. A dialect object serves one connection (it may hold that connection's session
-    state, such as the native SASL exchange).
-    """
-
-    def admit(self, frame: bytes) -> bytes | Call: ...
-
-    def encode(self, call: Call, response: Response | None) -> bytes: ...
-
-    def error(self, call: Call, code: ErrorCode) -> bytes: ...
-
-
-DialectFactory = Callable[["Server", Stream], Dialect]
-"""Builds the dialect of each accepted connection."""
-
-
-def _response_frame(correlation_id: int, body: dict[str, Any]) -> bytes:
-    return encode_frame(encode_response(ResponseEnvelope(correlation_id, body)))
-
-
-class NativeDialect:
-    """ketch's own protocol (msgpack envelopes) with the cluster-credential SASL exchange."""
-
-    def __init__(self, server: Server, stream: Stream) -> None:
-        self.server = server
-        self.peer = stream.peer
-        self.authenticator = ServerAuthenticator(server.cluster_secret)
-
-    def admit(self, frame: bytes) -> bytes | Call:
-        envelope = decode_request(frame)
-        correlation_id = envelope.correlation_id
-        try:
-            request_cls = request_class(envelope.api_key, envelope.api_version)
-        except UnsupportedVersionError:
-            return _response_frame(correlation_id, error_body(ErrorCode.UNSUPPORTED_VERSION))
-        api_key = envelope.api_key
-        is_sasl = api_key in _SASL_API_KEYS
-        if api_key in CONTROL_PLANE_API_KEYS and not self.authenticator.authenticated:
-            return _error_frame(request_cls, correlation_id, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
-        handler = self.server.handler_for(api_key)
-        if handler is None and not is_sasl:
-            return _response_frame(correlation_id, error_body(ErrorCode.UNSUPPORTED_VERSION))
-        try:
-            request = request_cls.from_body(envelope.body)
-        except MessageError as exc:
-            _log.info("malformed request from %s: %s", self.peer, exc)
-            return _error_frame(request_cls, correlation_id, ErrorCode.INVALID_REQUEST)
-        if is_sasl:
-            return _response_frame(correlation_id, self.authenticate(request).to_body())
-        assert handler is not None
-        context = RequestContext(
-            peer=self.peer,
-            client_id=envelope.client_id,
-            api_key=api_key,
-            api_version=envelope.api_version,
-            correlation_id=correlation_id,
-            cluster_member=self.authenticator.authenticated,
-        )
-        return Call(handler, request, context)
-
-    def encode(self, call: Call, response: Response | None) -> bytes:
-        if response is None:
-            return b""
-        return _response_frame(call.context.correlation_id, response.to_body())
-
-    def error(self, call: Call, code: ErrorCode) -> bytes:
-        return _error_frame(type(call.request), call.context.correlation_id, code)
-
-    def authenticate(self, request: Request) -> Response:
-        if isinstance(request, SaslHandshakeRequest):
-            code = self.authenticator.handshake(request.mechanism)
-            return SaslHandshakeResponse(error_code=code, mechanisms=self.authenticator.mechanisms)
-        assert isinstance(request, SaslAuthenticateRequest)
-        code, auth_bytes = self.authenticator.authenticate(request.auth_bytes)
-        if code is ErrorCode.NONE:
-            return SaslAuthenticateResponse(auth_bytes=auth_bytes)
-        _log.warning("cluster credential rejected for %s: %s", self.peer, code.name)
-        message = f"{auth.MECHANISM} exchange failed ({code.name}); open a new connection"
-        return SaslAuthenticateResponse(error_code=code, error_message=message)
-
-
-def _error_frame(request_cls: type[Request], correlation_id: int, code: ErrorCode) -> bytes:
-    return _response_frame(correlation_id, request_cls.RESPONSE.error_response(code).to_body())
 
 
 class _Connection:
@@ -498,6 +356,7 @@ class Server:
         cluster_secret: bytes | None = None,
         request_observer: RequestObserver | None = None,
         dialect: DialectFactory = NativeDialect,
+        listener: str = "native",
     ) -> None:
         self.transport = transport
         self.requested_address = address
@@ -508,6 +367,7 @@ class Server:
         self.cluster_secret = cluster_secret
         self.request_observer = request_observer
         self.dialect = dialect
+        self.listener = listener  # the name handlers see in RequestContext.listener
         if cluster_secret is not None:
             ServerAuthenticator(cluster_secret)  # rejects an unusable secret now, not per client
         if ApiKey.API_VERSIONS not in self.handlers:

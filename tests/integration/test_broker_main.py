@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import struct
 import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -21,16 +20,18 @@ from typing import Final
 
 import pytest
 
-from bench.failover import ProcessCluster, running_cluster
 from client.client import Client
 from node.broker.config import KAFKA_LISTENER, NATIVE_LISTENER
 from node.broker.main import BrokerSettings, build_parser, main, settings_from_args
 from runtime.clock import SystemClock
 from runtime.config import Source
 from runtime.log.manager import CLEAN_SHUTDOWN_FILE
-from runtime.net.server import RequestContext, Server
+from runtime.net.dialect import RequestContext
+from runtime.net.server import Server
 from runtime.net.tcp import TcpTransport
 from runtime.net.transport import Address
+from testkit.processes import ProcessCluster, running_cluster
+from tests.integration.kafka_probe import kafka_api_versions
 from wire.errors import ErrorCode
 from wire.messages import (
     ApiKey,
@@ -45,7 +46,6 @@ from wire.messages import (
 )
 
 SECRET: Final = b"broker-main-test-secret-0123456789"
-API_VERSIONS: Final = 18  # Kafka's API key
 REPO: Final = Path(__file__).resolve().parents[2]
 EPOCH: Final = 7
 WAIT_S: Final = 30.0
@@ -113,26 +113,6 @@ async def wait_for(condition: Callable[[], bool], what: str) -> None:
         if loop.time() > deadline:
             raise AssertionError(f"{what} not reached within {WAIT_S} s")
         await asyncio.sleep(0.02)
-
-
-async def kafka_api_versions(address: Address, *, correlation_id: int) -> tuple[int, ErrorCode]:
-    """One ApiVersions v0 request in Kafka's framing, by hand: (correlation id, error code) of
-    the answer. Header v1: api_key, api_version, correlation_id, client_id; an empty body."""
-    client_id = b"ketch-test"
-    header = struct.pack(">hhih", API_VERSIONS, 0, correlation_id, len(client_id)) + client_id
-    reader, writer = await asyncio.wait_for(
-        asyncio.open_connection(address.host, address.port), WAIT_S
-    )
-    try:
-        writer.write(struct.pack(">i", len(header)) + header)
-        await writer.drain()
-        (size,) = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), WAIT_S))
-        body = await asyncio.wait_for(reader.readexactly(size), WAIT_S)
-    finally:
-        writer.close()
-        await writer.wait_closed()
-    answered, error = struct.unpack_from(">ih", body)
-    return answered, ErrorCode.from_code(error)
 
 
 def cluster_layout(tmp_path: Path) -> Path:
@@ -360,7 +340,7 @@ def test_bad_listener_flags_are_usage_errors(
 
 
 def test_process_cluster_gives_each_broker_a_kafka_listener(tmp_path: Path) -> None:
-    """bench.failover.ProcessCluster(kafka=True): distinct free ports, and broker command lines
+    """testkit.processes.ProcessCluster(kafka=True): distinct free ports, and broker command lines
     `ketch broker` accepts with the Kafka listener at the advertised bootstrap addresses."""
     cluster = ProcessCluster(tmp_path / "c", 3, {"min.insync.replicas": 2}, kafka=True)
     ports = [cluster.controller_address.port]
@@ -372,15 +352,15 @@ def test_process_cluster_gives_each_broker_a_kafka_listener(tmp_path: Path) -> N
     )
     assert cluster.kafka_bootstrap([2]) == f"127.0.0.1:{cluster.kafka_addresses[2].port}"
     for broker_id in range(3):
-        argv = cluster.broker(broker_id).argv
-        assert argv[0] == "broker"
-        config = settings_from_args(build_parser().parse_args(argv[1:])).config
+        args = cluster.broker(broker_id).spec.args
+        assert args[0] == "broker"
+        config = settings_from_args(build_parser().parse_args(args[1:])).config
         assert config.kafka_listen_address == cluster.kafka_addresses[broker_id]
         assert config.listen_address == cluster.addresses[broker_id]
     # Without the option (every existing caller) nothing changes.
     plain = ProcessCluster(tmp_path / "p", 2)
     assert plain.kafka_addresses == {}
-    assert all("--kafka-listen" not in child.argv for child in plain.children.values())
+    assert all("--kafka-listen" not in child.spec.args for child in plain.children.values())
     with pytest.raises(AssertionError):
         plain.kafka_bootstrap()
 

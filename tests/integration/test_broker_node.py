@@ -14,14 +14,15 @@ import pytest
 
 from client.client import Client
 from client.config import ConsumerConfig, ProducerConfig
-from client.consumer import Consumer, ConsumerRecord
+from client.consumer import Consumer
+from client.fetched_records import ConsumerRecord
 from client.producer import Producer
 from node.broker.config import BrokerConfig
 from runtime.clock import ManualClock
 from runtime.log.manager import CLEAN_SHUTDOWN_FILE
 from runtime.net.tcp import TcpTransport
 from runtime.net.transport import Address
-from tests.sim.cluster_harness import Cluster
+from testkit.cluster import Cluster
 from wire.errors import ErrorCode
 from wire.messages import (
     ApiVersionsRequest,

@@ -1,12 +1,13 @@
 """The client commands (`ketch topic`, `produce`, `consume`, `cluster status`, `config show`)
-against a real cluster: bench.cluster.BenchCluster (a controller and three brokers over TCP on
+against a real cluster: testkit.cluster.tcp_cluster (a controller and three brokers over TCP on
 127.0.0.1, system clock) runs on its own event loop in a background thread, and each command is
 called as `main(argv)` of its module, as the `ketch` entry point would, with stdout, stderr and
 stdin captured.
 
-The cluster is shared by the module (starting it is the slow part); every test uses its own
-topic names, so the tests do not depend on each other's order. Waits are bounded: the cluster
-start by a threading.Event with a timeout, the commands by their own timeouts.
+(Long, on purpose: one module, one shared cluster.) The cluster is shared by the module
+(starting it is the slow part); every test uses its own topic names, so the tests do not depend
+on each other's order. Waits are bounded: the cluster start by a threading.Event with a timeout,
+the commands by their own timeouts.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from typing import Final
 
 import pytest
 
-from bench.cluster import BenchCluster
 from cli import data as cli_data
 from cli import group as cli_group
 from cli import status as cli_status
@@ -41,6 +41,7 @@ from runtime.clock import SystemClock
 from runtime.config import Source
 from runtime.net.tcp import TcpTransport
 from runtime.net.transport import Address
+from testkit.cluster import tcp_cluster
 from wire.topic import TopicPartition
 
 BROKERS: Final = 3
@@ -98,7 +99,7 @@ class ClusterThread:
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        async with BenchCluster(
+        async with tcp_cluster(
             BROKERS, transport=TcpTransport(), clock=SystemClock(), properties=FAST_STOP
         ) as cluster:
             self.addresses = cluster.addresses

@@ -1,5 +1,6 @@
 """The cluster in real processes: `ketch controller` and `ketch broker` (`python -m cli.main`),
-on 127.0.0.1, with bench.failover.ProcessCluster as the harness.
+on 127.0.0.1, with testkit.processes.ProcessCluster as the harness. (Long, ~520 lines: the
+failover scenario and its checks read as one story.)
 
 The failover test: a controller and three brokers, a topic with 3 partitions, RF=3 and
 min.insync.replicas=2 created through a broker; a producer (client/producer.py, acks=all,
@@ -31,23 +32,17 @@ from typing import Final
 
 import pytest
 
-from bench.failover import (
-    REPO,
-    ProcessCluster,
-    create_topic,
-    partitions_of,
-    running_cluster,
-    toml_text,
-    wait_fully_replicated,
-    wait_until,
-)
 from client.config import ClientConfig, ConsumerConfig, ProducerConfig
-from client.consumer import Consumer, ConsumerRecord
+from client.consumer import Consumer
+from client.fetched_records import ConsumerRecord
 from client.producer import Producer, RecordMetadata
 from node import process
 from node.controller.main import build_parser, main, settings_from_args
-from runtime.config import Source, Value
+from runtime.config import Source
 from runtime.log.checkpoints import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
+from testkit.probes import create_topic, partitions_of, wait_fully_replicated, wait_until
+from testkit.processes import REPO, ProcessCluster, running_cluster, toml_text
+from tests.integration.cluster_properties import PROPERTIES
 from wire.records import iter_batches
 from wire.topic import TopicPartition
 
@@ -55,22 +50,6 @@ TOPIC: Final = "events"
 PARTITIONS: Final = 3
 WAIT_S: Final = 20.0
 SECRET: Final = b"controller-main-test-secret-0123456789"
-# Short timeouts, so a kill is noticed in well under a second and the test stays fast.
-PROPERTIES: Final[dict[str, Value]] = {
-    "broker.session.timeout.ms": 600,
-    "broker.heartbeat.interval.ms": 100,
-    "replica.lag.time.max.ms": 1_000,
-    "request.timeout.ms": 1_000,
-    "replica.fetch.wait.max.ms": 50,
-    "replica.fetch.backoff.ms": 50,
-    "reconnect.backoff.ms": 10,
-    "reconnect.backoff.max.ms": 100,
-    "retry.backoff.ms": 20,
-    "retry.backoff.max.ms": 100,
-    # The last broker to stop cannot hand its leaderships to anyone; do not wait 5 s per retry.
-    "controlled.shutdown.retry.backoff.ms": 50,
-    "controlled.shutdown.max.retries": 2,
-}
 CLIENT_CONFIG: Final = ClientConfig(
     request_timeout_ms=1_000,
     reconnect_backoff_ms=10,

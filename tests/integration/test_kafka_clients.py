@@ -1,6 +1,7 @@
 """Real Kafka clients against a ketch cluster through its Kafka listeners.
 
-One cluster for the module: a controller and three brokers as processes (bench.failover's
+(Long, on purpose: every client's tests share one process cluster, which costs seconds to
+start.) One cluster for the module: a controller and three brokers as processes (bench.failover's
 ProcessCluster with Kafka listeners), short session timeouts so a killed leader is replaced in
 about a second. For each of confluent-kafka (librdkafka), kafka-python and aiokafka: a topic
 made through the client's admin API (RF=3, min.insync.replicas=2), records produced with acks=1
@@ -38,10 +39,12 @@ import pytest
 import pytest_asyncio
 from confluent_kafka.admin._config import ConfigResource
 
-from bench.failover import ProcessCluster, running_cluster, wait_fully_replicated, wait_until
 from cli import group as cli_group
 from runtime.net.tcp import TcpTransport
 from runtime.net.transport import Address
+from testkit.probes import wait_fully_replicated, wait_until
+from testkit.processes import ProcessCluster, running_cluster
+from tests.integration.cluster_properties import CLUSTER_PROPERTIES, OFFSETS_PARTITIONS
 from tests.integration.kafka_drivers import (
     COMPRESSIONS,
     DRIVERS,
@@ -51,9 +54,6 @@ from tests.integration.kafka_drivers import (
     Read,
     Sent,
 )
-
-# The same short timeouts as the native failover test: a kill is noticed in well under a second.
-from tests.integration.test_cluster_processes import PROPERTIES
 from wire.frames import encode_frame
 from wire.group_records import OFFSETS_TOPIC, partition_for
 
@@ -62,14 +62,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 PARTITIONS: Final = 3
 WAIT_S: Final = 30.0
 TOPIC_CONFIGS: Final = {"min.insync.replicas": "2"}
-# Few offsets partitions (each a group shard to load) and no initial rebalance delay, so the
-# group tests do not wait Kafka's 3 s for more members.
-OFFSETS_PARTITIONS: Final = 3
-CLUSTER_PROPERTIES: Final = {
-    **PROPERTIES,
-    "offsets.topic.num.partitions": OFFSETS_PARTITIONS,
-    "group.initial.rebalance.delay.ms": 0,
-}
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")

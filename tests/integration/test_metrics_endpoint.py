@@ -19,13 +19,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from actors.controller.messages import ControllerConfig
 from client.client import Client
 from client.config import ConsumerConfig, ProducerConfig
-from client.consumer import Consumer, ConsumerRecord
+from client.consumer import Consumer
+from client.fetched_records import ConsumerRecord
 from client.producer import Producer
 from node.controller.node import ControllerNode
 from runtime.clock import ManualClock
 from runtime.net.tcp import TcpTransport
 from runtime.net.transport import Address
-from tests.sim.cluster_harness import SECRET, Cluster
+from testkit.cluster import SECRET, Cluster
 from wire.topic import TopicPartition
 
 TOPIC = "metered"

@@ -20,14 +20,15 @@ from typing import Any, Final, TypeVar
 import pytest
 import pytest_asyncio
 
-from bench.failover import ProcessCluster, running_cluster, wait_fully_replicated, wait_until
 from cli import group as cli_group
 from client.client import Client
 from client.errors import ClientError
 from runtime.net.transport import Address
+from testkit.probes import wait_fully_replicated, wait_until
+from testkit.processes import ProcessCluster, running_cluster
 
 # Few offsets partitions and no initial rebalance delay, as for the Kafka clients' group tests.
-from tests.integration.test_kafka_clients import CLUSTER_PROPERTIES, OFFSETS_PARTITIONS
+from tests.integration.cluster_properties import CLUSTER_PROPERTIES, OFFSETS_PARTITIONS
 from wire.errors import ErrorCode
 from wire.group_records import OFFSETS_TOPIC, partition_for
 from wire.messages import (

@@ -13,7 +13,11 @@ import pytest
 
 from runtime.clock import SystemClock
 from runtime.net import auth
-from runtime.net.server import RequestContext, Server, ServerConfig
+from runtime.net.dialect import RequestContext
+from runtime.net.server import (
+    Server,
+    ServerConfig,
+)
 from runtime.net.tcp import TcpTransport
 from runtime.net.transport import Address, Stream
 from wire.envelope import RequestEnvelope, ResponseEnvelope, decode_response, encode_request

@@ -34,6 +34,7 @@ from typing import Any, Final
 import pytest
 
 from cli.cluster_admin import control_broker
+from cli.up.child import Child, ChildState
 from cli.up.control import (
     SHUTDOWN_BROKER,
     START_BROKER,
@@ -42,28 +43,19 @@ from cli.up.control import (
     decode_reply,
     decode_request,
 )
-from cli.up.layout import Layout, NodeEntry, cluster_document
-from cli.up.supervisor import (
-    CONTROLLER_PORT_OFFSET,
-    KAFKA_OFF,
-    Child,
-    ChildSpec,
-    ChildState,
-    UpOptions,
-    child_specs,
-)
+from cli.up.options import CONTROLLER_PORT_OFFSET, KAFKA_OFF, UpOptions, child_specs
 from cli.up.supervisor import main as up_main
 from client.client import Client
 from client.consumer import Consumer
 from client.errors import ClientError
 from client.producer import Producer
 from node.broker.main import build_parser, settings_from_args
+from node.layout import Layout, NodeSpec
 from runtime.clock import SystemClock
 from runtime.log.manager import CLEAN_SHUTDOWN_FILE
-from runtime.net.auth import MIN_SECRET_BYTES
 from runtime.net.tcp import TcpTransport
 from runtime.net.transport import Address
-from tests.integration.test_broker_main import kafka_api_versions
+from tests.integration.kafka_probe import kafka_api_versions
 from wire.errors import ErrorCode
 from wire.messages import (
     CreatableTopic,
@@ -392,22 +384,8 @@ def test_control_messages_round_trip() -> None:
     assert decode_reply(reply.encode()) == reply
 
 
-def test_layout_creates_the_secret_once_with_mode_600(tmp_path: Path) -> None:
-    layout = Layout(tmp_path / "d")
-    layout.prepare(range(2))
-    secret = layout.secret_file.read_bytes()
-    assert stat.S_IMODE(layout.secret_file.stat().st_mode) == 0o600
-    assert len(secret.strip()) >= MIN_SECRET_BYTES
-    assert [p.name for p in sorted(layout.root.iterdir())] == [
-        "broker-0", "broker-1", "cluster.secret", "controller", "logs",
-    ]  # fmt: skip
-    layout.prepare(range(3))  # a second `ketch up`, with one broker more
-    assert layout.secret_file.read_bytes() == secret
-    assert layout.broker_dir(2).is_dir()
-
-
 def test_a_child_rejects_an_illegal_state_change() -> None:
-    spec = ChildSpec("broker-0", 0, Address("127.0.0.1", 9092), ("true",), Path("x.log"))
+    spec = NodeSpec("broker-0", 0, Address("127.0.0.1", 9092), ("broker",), Path("x.log"))
     child = Child(spec)
     with pytest.raises(AssertionError):
         child.move(ChildState.STOPPING)  # nothing runs, so nothing can be stopping
@@ -443,25 +421,7 @@ def test_broker_command_lines_parse_with_the_broker_parser(tmp_path: Path) -> No
     layout.prepare(range(BROKERS))
     _, brokers = child_specs(broker_options(19092), layout)
     for broker_id, spec in enumerate(brokers):
-        argv = spec.argv[spec.argv.index("broker") + 1 :]
-        config = settings_from_args(build_parser().parse_args(argv)).config
+        assert spec.args[0] == "broker"
+        config = settings_from_args(build_parser().parse_args(spec.args[1:])).config
         assert config.kafka_listen_address == Address("127.0.0.1", 19092 + broker_id)
         assert config.listen_address == Address("127.0.0.1", 9092 + broker_id)
-
-
-def test_cluster_json_names_each_brokers_kafka_port() -> None:
-    layout = Layout(Path("/d"))
-    controller = NodeEntry(3, 100, "127.0.0.1", 9192)
-    brokers = [NodeEntry(0, 101, "127.0.0.1", 9092, 19092), NodeEntry(1, None, "127.0.0.1", 9093)]
-    document = cluster_document(controller, brokers, layout)
-    assert document["controller"] == {"id": 3, "pid": 100, "host": "127.0.0.1", "port": 9192}
-    assert document["brokers"] == [
-        {
-            "id": 0, "pid": 101, "host": "127.0.0.1", "port": 9092, "kafka_port": 19092,
-            "data_dir": "/d/broker-0",
-        },
-        {
-            "id": 1, "pid": None, "host": "127.0.0.1", "port": 9093, "kafka_port": None,
-            "data_dir": "/d/broker-1",
-        },
-    ]  # fmt: skip

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from client.client import Client
-from tests.sim.cluster_harness import SECRET, Cluster
+from testkit.cluster import SECRET, Cluster
 from wire.errors import ErrorCode
 from wire.messages import (
     DeleteTopicsRequest,

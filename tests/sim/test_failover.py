@@ -20,10 +20,12 @@ import pytest
 
 from client.client import Client
 from client.config import ClientConfig, ConsumerConfig
-from client.consumer import Consumer, ConsumerRecord
+from client.consumer import Consumer
 from client.errors import ClientError
+from client.fetched_records import ConsumerRecord
 from runtime.net.memory import LinkConfig
-from tests.sim.cluster_harness import Cluster
+from testkit.cluster import Cluster
+from wire.batch_builder import build_batch
 from wire.errors import ErrorCode
 from wire.messages import (
     PartitionProduceData,
@@ -32,7 +34,7 @@ from wire.messages import (
     ProduceResponse,
     TopicProduceData,
 )
-from wire.records import build_batch, iter_batches
+from wire.records import iter_batches
 from wire.topic import TopicPartition
 
 TOPIC = "orders"

@@ -2,7 +2,7 @@
 with original offsets, tombstones kept until their delete horizon, the active segment and
 everything above the HW untouched, the result loads in a broker and passes verify; refusals
 (keyless records, a running broker) write nothing. The expected records come from the model in
-`tests.unit.offline.test_compact_write`."""
+`tests.unit.offline.compact_helpers`."""
 
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ from offline.compact import run_compact
 from offline.compact_install import install_partition, update_cleaner_checkpoint
 from offline.compact_plan import CompactError, plan_topic, resolve_config
 from offline.compact_write import survivors_by_scan, write_cleaned_partition
-from offline.verify import run_verify
+from offline.verify_job import run_verify
 from runtime.clock import ManualClock
 from runtime.log.checkpoints import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from runtime.log.config import LogManagerConfig
 from runtime.log.manager import LogManager
-from tests.unit.offline.test_compact_write import (
+from tests.unit.offline.compact_helpers import (
     COMPACT_PROPS,
     RETENTION_MS,
     TOPIC,

@@ -8,11 +8,12 @@ import pytest
 from pyspark.sql import SparkSession
 
 from offline.batch_scan import scan_segment
-from offline.datasource import leader_epochs_df, offset_checkpoints_df, partition_metadata_df
+from offline.checkpoint_tables import leader_epochs_df, offset_checkpoints_df, partition_metadata_df
 from offline.schema import BATCH_SCHEMA, INDEX_SCHEMA, RECORD_SCHEMA
 from runtime.log.checkpoints import REPLICATION_OFFSET_CHECKPOINT
 from tests.unit.offline.helpers import EVENTS, QUIET, TABLE, BuiltCluster, segment_paths
-from wire.records import iter_batches, iter_records
+from wire.record_reader import iter_records
+from wire.records import iter_batches
 
 pytestmark = pytest.mark.spark
 

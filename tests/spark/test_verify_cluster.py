@@ -13,8 +13,8 @@ from pyspark.sql import SparkSession
 from client.client import Client
 from client.config import ProducerConfig
 from client.producer import Producer
-from offline.verify import run_verify
-from tests.sim.cluster_harness import Cluster
+from offline.verify_job import run_verify
+from testkit.cluster import Cluster
 
 pytestmark = pytest.mark.spark
 

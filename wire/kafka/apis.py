@@ -24,7 +24,7 @@ and the few places where Kafka's semantics need more than the field-by-field con
   so the copy changes nothing for it.
 
 A handler that fails is answered the way Kafka answers an unexpected exception: the request's
-own topics and partitions, each with the error code (`error_response`).
+own topics and partitions, each with the error code (`wire.error_responses`).
 """
 
 from __future__ import annotations
@@ -38,18 +38,10 @@ from wire.errors import ErrorCode
 from wire.kafka.convert import element_class, to_kio, to_native
 from wire.messages import (
     ApiKey,
-    CreatableTopicResult,
     CreateTopicsRequest,
-    CreateTopicsResponse,
-    DeletableTopicResult,
     DeleteTopicsRequest,
-    DeleteTopicsResponse,
     DescribeConfigsRequest,
-    DescribeConfigsResponse,
-    DescribeConfigsResult,
     DescribeGroupsRequest,
-    EpochEndOffset,
-    FetchableTopicResponse,
     FetchPartition,
     FetchRequest,
     FetchResponse,
@@ -63,29 +55,19 @@ from wire.messages import (
     LeaveGroupRequest,
     LeaveGroupResponse,
     ListGroupsRequest,
-    ListOffsetsPartitionResponse,
     ListOffsetsRequest,
-    ListOffsetsResponse,
-    ListOffsetsTopicResponse,
     MemberIdentity,
     MetadataRequest,
-    MetadataResponse,
-    MetadataResponseTopic,
     OffsetCommitRequest,
     OffsetFetchRequest,
     OffsetFetchResponse,
     OffsetFetchResponsePartition,
     OffsetFetchResponseTopic,
     OffsetForLeaderEpochRequest,
-    OffsetForLeaderEpochResponse,
-    OffsetForLeaderTopicResult,
-    PartitionProduceResponse,
     ProduceRequest,
-    ProduceResponse,
     Request,
     Response,
     SyncGroupRequest,
-    TopicProduceResponse,
 )
 
 CONSUMER_REPLICA_ID: Final = -1
@@ -361,114 +343,4 @@ APIS: Final[dict[int, KafkaApi]] = {
         KafkaApi(ApiKey.DESCRIBE_GROUPS, 0, 5, DescribeGroupsRequest),
         KafkaApi(ApiKey.LIST_GROUPS, 0, 4, ListGroupsRequest),
     )
-}
-
-
-# -- error answers ---------------------------------------------------------------------------------
-
-
-def error_response(request: Request, code: ErrorCode) -> Response:
-    """The native answer to `request` with `code` for each of its topics and partitions."""
-    builder = _ERROR_BUILDERS.get(type(request))
-    return (
-        type(request).RESPONSE.error_response(code) if builder is None else builder(request, code)
-    )
-
-
-def _produce_error(request: Any, code: ErrorCode) -> Response:
-    return ProduceResponse(
-        responses=[
-            TopicProduceResponse(
-                name=topic.name,
-                partition_responses=[
-                    PartitionProduceResponse(index=p.index, error_code=code)
-                    for p in topic.partition_data
-                ],
-            )
-            for topic in request.topic_data
-        ]
-    )
-
-
-def _fetch_error(request: Any, code: ErrorCode) -> Response:
-    return FetchResponse(
-        responses=[
-            FetchableTopicResponse(
-                topic=topic.topic,
-                partitions=[
-                    FetchResponsePartition(partition_index=p.partition, error_code=code)
-                    for p in topic.partitions
-                ],
-            )
-            for topic in request.topics
-        ]
-    )
-
-
-def _list_offsets_error(request: Any, code: ErrorCode) -> Response:
-    return ListOffsetsResponse(
-        topics=[
-            ListOffsetsTopicResponse(
-                name=topic.name,
-                partitions=[
-                    ListOffsetsPartitionResponse(partition_index=p.partition_index, error_code=code)
-                    for p in topic.partitions
-                ],
-            )
-            for topic in request.topics
-        ]
-    )
-
-
-def _epoch_error(request: Any, code: ErrorCode) -> Response:
-    return OffsetForLeaderEpochResponse(
-        topics=[
-            OffsetForLeaderTopicResult(
-                topic=topic.topic,
-                partitions=[
-                    EpochEndOffset(partition=p.partition, error_code=code) for p in topic.partitions
-                ],
-            )
-            for topic in request.topics
-        ]
-    )
-
-
-def _metadata_error(request: Any, code: ErrorCode) -> Response:
-    names = [t.name for t in request.topics or () if t.name is not None]
-    return MetadataResponse(topics=[MetadataResponseTopic(name=n, error_code=code) for n in names])
-
-
-def _create_topics_error(request: Any, code: ErrorCode) -> Response:
-    return CreateTopicsResponse(
-        topics=[CreatableTopicResult(name=t.name, error_code=code) for t in request.topics]
-    )
-
-
-def _delete_topics_error(request: Any, code: ErrorCode) -> Response:
-    return DeleteTopicsResponse(
-        responses=[DeletableTopicResult(name=n, error_code=code) for n in request.topic_names]
-    )
-
-
-def _describe_configs_error(request: Any, code: ErrorCode) -> Response:
-    return DescribeConfigsResponse(
-        results=[
-            DescribeConfigsResult(
-                error_code=code, resource_type=r.resource_type, resource_name=r.resource_name
-            )
-            for r in request.resources
-        ]
-    )
-
-
-_ERROR_BUILDERS: Final[dict[type[Request], Callable[[Any, ErrorCode], Response]]] = {
-    ProduceRequest: _produce_error,
-    FetchRequest: _fetch_error,
-    ListOffsetsRequest: _list_offsets_error,
-    OffsetForLeaderEpochRequest: _epoch_error,
-    MetadataRequest: _metadata_error,
-    CreateTopicsRequest: _create_topics_error,
-    DeleteTopicsRequest: _delete_topics_error,
-    DescribeConfigsRequest: _describe_configs_error,
 }

@@ -31,7 +31,7 @@ from typing import Any, Final, TypeVar
 
 from kio.schema.errors import ErrorCode as KioErrorCode
 
-from wire.messages.base import ZERO_UUID
+from wire.messages.fields import ZERO_UUID
 
 T = TypeVar("T")
 

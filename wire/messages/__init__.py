@@ -3,7 +3,8 @@
 `from wire.messages import ProduceRequest, request_class, ...` works for every message; the
 definitions live in modules by API group:
 
-    base.py     Message / Request / Response, the registry, the generic body codec, ApiKey
+    base.py     Message / Request / Response, the registry, ApiKey
+    fields.py   the field types (Int8, Uuid, ...) and the body codec generated from them
     data.py     ApiVersions, Metadata, Produce, Fetch, ListOffsets, OffsetForLeaderEpoch
     admin.py    CreateTopics, DeleteTopics, DescribeConfigs, DescribeCluster
     control.py  LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown, AlterPartition,
@@ -45,20 +46,12 @@ from wire.messages.auth import (
 )
 from wire.messages.base import (
     CONTROL_PLANE_API_KEYS,
-    UUID_BYTES,
-    ZERO_UUID,
     ApiKey,
-    FixedLen,
-    Int8,
-    Int16,
-    Int32,
-    IntRange,
     Message,
     MessageError,
     Request,
     Response,
     UnsupportedVersionError,
-    Uuid,
     check_registry,
     error_body,
     registered_requests,
@@ -135,6 +128,7 @@ from wire.messages.data import (
     TopicProduceData,
     TopicProduceResponse,
 )
+from wire.messages.fields import UUID_BYTES, ZERO_UUID, FixedLen, Int8, Int16, Int32, IntRange, Uuid
 from wire.messages.groups import (
     Coordinator,
     DescribedGroup,

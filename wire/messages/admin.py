@@ -14,7 +14,8 @@ DeleteTopics names topics by name (Kafka's `TopicNames`, versions 0-5).
 from dataclasses import dataclass, field
 from typing import Final
 
-from wire.messages.base import ZERO_UUID, ApiKey, Int8, Int16, Int32, Request, Response, Uuid
+from wire.messages.base import ApiKey, Request, Response
+from wire.messages.fields import ZERO_UUID, Int8, Int16, Int32, Uuid
 
 # -- CreateTopics (19) -----------------------------------------------------------------------------
 

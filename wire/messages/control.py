@@ -22,7 +22,8 @@ groups states under a topic entry holding the id). UpdateMetadata's partition st
 
 from dataclasses import dataclass, field
 
-from wire.messages.base import ZERO_UUID, ApiKey, Int8, Int16, Int32, Request, Response, Uuid
+from wire.messages.base import ApiKey, Request, Response
+from wire.messages.fields import ZERO_UUID, Int8, Int16, Int32, Uuid
 
 # -- topic configs (LeaderAndIsr and UpdateMetadata) -----------------------------------------------
 

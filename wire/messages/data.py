@@ -15,8 +15,10 @@ replica" (a consumer's replica_id), -2 for a debugging consumer's replica_id.
 # No `from __future__ import annotations`: the codec reads each field's type at class creation.
 
 from dataclasses import dataclass, field
+from typing import Final
 
-from wire.messages.base import ZERO_UUID, ApiKey, Int8, Int16, Int32, Request, Response, Uuid
+from wire.messages.base import ApiKey, Request, Response
+from wire.messages.fields import ZERO_UUID, Int8, Int16, Int32, Uuid
 
 # -- ApiVersions (18) ------------------------------------------------------------------------------
 
@@ -222,9 +224,15 @@ class FetchRequest(Request):
 # -- ListOffsets (2) -------------------------------------------------------------------------------
 
 
+# ListOffsets' timestamp sentinels (Kafka's ListOffsetsRequest constants).
+LATEST_TIMESTAMP: Final = -1  # the end: the high watermark for a consumer, the LEO for a replica
+EARLIEST_TIMESTAMP: Final = -2  # the log start offset
+MAX_TIMESTAMP: Final = -3  # the offset of the record with the largest timestamp (KIP-734, v7)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ListOffsetsPartition:
-    """timestamp: a time in ms, or -1 for the latest offset, -2 for the earliest."""
+    """timestamp: a time in ms, or one of the sentinels above."""
 
     partition_index: Int32
     current_leader_epoch: Int32 = -1

@@ -14,7 +14,8 @@ protocol's subscription and assignment, which only clients interpret).
 
 from dataclasses import dataclass, field
 
-from wire.messages.base import ApiKey, Int8, Int16, Int32, Request, Response
+from wire.messages.base import ApiKey, Request, Response
+from wire.messages.fields import Int8, Int16, Int32
 
 # -- FindCoordinator (10) --------------------------------------------------------------------------
 

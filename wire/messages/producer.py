@@ -17,7 +17,8 @@ Field names are Kafka's JSON message-spec names in snake_case.
 
 from dataclasses import dataclass
 
-from wire.messages.base import ApiKey, Int16, Int32, Request, Response
+from wire.messages.base import ApiKey, Request, Response
+from wire.messages.fields import Int16, Int32
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1

@@ -17,8 +17,12 @@ from typing import Any
 from client.client import Client
 from client.config import ClientConfig
 from runtime.clock import NS_PER_MS, Clock, ManualClock
+from runtime.net.dialect import (
+    Handler,
+    RequestContext,
+)
 from runtime.net.memory import MemoryNetwork
-from runtime.net.server import Handler, RequestContext, Server
+from runtime.net.server import Server
 from runtime.net.transport import Address
 from wire.errors import ErrorCode
 from wire.messages import (
@@ -42,7 +46,8 @@ from wire.messages import (
     TopicProduceResponse,
 )
 from wire.messages.base import Response
-from wire.records import iter_batches, iter_records, patch_batch
+from wire.record_reader import iter_records
+from wire.records import iter_batches, patch_batch
 from wire.topic import TopicPartition
 
 ScriptedHandler = Callable[[int, Any, RequestContext], Awaitable[Response]]

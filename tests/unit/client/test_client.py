@@ -21,9 +21,10 @@ from client.errors import (
     UnknownBrokerError,
 )
 from runtime.clock import ManualClock
-from runtime.net.server import RequestContext
+from runtime.net.dialect import RequestContext
 from runtime.net.transport import Address
 from tests.unit.client.scripted_cluster import ScriptedCluster, advance_until, settle
+from wire.batch_builder import build_batch
 from wire.errors import ErrorCode, KafkaError
 from wire.messages import (
     ApiKey,
@@ -36,7 +37,6 @@ from wire.messages import (
     ProduceResponse,
     TopicProduceData,
 )
-from wire.records import build_batch
 from wire.topic import TopicPartition
 
 SEED = 20261122

@@ -7,20 +7,15 @@ import asyncio
 import pytest
 
 from client.config import ClientConfig, ConsumerConfig
-from client.consumer import (
-    Consumer,
-    ConsumerRecord,
-    NoOffsetForPartitionError,
-    OffsetAndTimestamp,
-    OffsetOutOfRangeError,
-    RecordTooLargeError,
-)
+from client.consumer import Consumer, NoOffsetForPartitionError, OffsetOutOfRangeError
 from client.errors import ClientClosedError
+from client.fetched_records import ConsumerRecord, RecordTooLargeError
+from client.list_offsets import OffsetAndTimestamp
 from runtime.clock import ManualClock
 from tests.unit.client.scripted_cluster import ScriptedCluster, advance_until, settle
+from wire.batch_builder import build_batch
 from wire.errors import ErrorCode, KafkaError
 from wire.messages import ApiKey
-from wire.records import build_batch
 from wire.topic import TopicPartition
 
 SEED = 777

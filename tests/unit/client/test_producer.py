@@ -16,7 +16,8 @@ from runtime.clock import ManualClock
 from tests.unit.client.scripted_cluster import ScriptedCluster, advance_until, settle
 from wire.errors import ErrorCode, KafkaError
 from wire.messages import ApiKey
-from wire.records import CompressionType, Record, iter_batches, iter_records
+from wire.record_reader import iter_records
+from wire.records import CompressionType, Record, iter_batches
 from wire.topic import TopicPartition
 
 SEED = 4242

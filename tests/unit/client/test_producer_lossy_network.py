@@ -21,7 +21,8 @@ from client.producer import Producer
 from runtime.clock import ManualClock
 from runtime.net.memory import LinkConfig
 from tests.unit.client.scripted_cluster import ScriptedCluster, settle
-from wire.records import iter_batches, iter_records
+from wire.record_reader import iter_records
+from wire.records import iter_batches
 from wire.topic import TopicPartition
 
 

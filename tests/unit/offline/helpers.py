@@ -7,7 +7,7 @@ every topic (replication factor = broker count), HW checkpoints, and the clean-s
 * ``events`` (partitions 0..2): broker-0 is the leader and writes with `Log.append_as_leader`
   (leader epoch 1 for the first half, then 3); the followers copy the leader's bytes with
   `Log.append_as_follower`, several batches per append, as a replica fetcher does. Batches come
-  from `wire.records.build_batch` with every codec in turn and from kafka-python's independent
+  from `wire.batch_builder.build_batch` with every codec in turn and from kafka-python's independent
   encoder (uncompressed and gzip). The HW is two batches short of the log end.
 * ``table`` (partition 0, cleanup.policy=compact): keyed batches whose offsets have gaps, as a
   compacted log does; broker-2 holds a further-compacted copy (fewer records, the same latest
@@ -30,16 +30,9 @@ from runtime.clock import ManualClock
 from runtime.log.config import LogConfig, LogManagerConfig
 from runtime.log.log import Log
 from runtime.log.manager import LogManager
-from wire.records import (
-    BatchHeader,
-    CompressionType,
-    Record,
-    build_batch,
-    build_records_batch,
-    iter_batches,
-    iter_records,
-    validate_batch,
-)
+from wire.batch_builder import build_batch, build_records_batch
+from wire.record_reader import iter_records
+from wire.records import BatchHeader, CompressionType, Record, iter_batches, validate_batch
 from wire.topic import TopicPartition
 
 with warnings.catch_warnings():

@@ -18,7 +18,8 @@ from offline.batch_scan import (
     scan_records,
     scan_segment,
 )
-from offline.datasource import OPEN_COST_BYTES, discover, plan_slices
+from offline.data_dirs import discover
+from offline.datasource import OPEN_COST_BYTES, plan_slices
 from runtime.log.file_batches import FileBatches
 from runtime.log.offset_index import OffsetIndex
 from runtime.log.time_index import TimeIndex
@@ -33,7 +34,8 @@ from tests.unit.offline.helpers import (
     segment_paths,
     truncate_tail,
 )
-from wire.records import iter_batches, iter_records
+from wire.record_reader import iter_records
+from wire.records import iter_batches
 
 
 @pytest.fixture(scope="module")

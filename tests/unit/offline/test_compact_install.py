@@ -23,7 +23,7 @@ from runtime.log.manager import LogManager
 from wire.records import Record
 from wire.topic import TopicPartition
 
-from .test_compact_write import TOPIC, BrokerDir, build_broker_dir, config, read_partition
+from .compact_helpers import TOPIC, BrokerDir, build_broker_dir, config, read_partition
 
 TP = TopicPartition(TOPIC, 0)
 

@@ -1,6 +1,6 @@
-"""`ketch verify`'s checks without Spark: the driver-side judgement (`offline.verify.judge`) over
-the verify level read straight through the data source's reader (the code Spark tasks run), and
-the pure checks of `offline.verify_checks` on hand-made rows.
+"""`ketch verify`'s checks without Spark: the driver-side judgement (`offline.verify_job.judge`)
+over the verify level read straight through the data source's reader (the code Spark tasks run),
+and the pure checks of `offline.verify_checks` on hand-made rows.
 
 The Spark test (`tests/spark/test_verify.py`) injects the same corruptions and runs the whole job;
 here the same expectations are met whichever way the table is cut: index checks in the task or on
@@ -17,12 +17,10 @@ import pyarrow as pa
 import pytest
 
 from offline.datasource import VERIFY_LEVEL, KetchReader
-from offline.verify import Layout, judge, read_layout
 from offline.verify_checks import (
     NO_LIMIT,
     BatchRow,
     Checked,
-    IndexRow,
     checked_batches,
     clean_spans_equal,
     clean_summary,
@@ -33,9 +31,11 @@ from offline.verify_checks import (
     plainly_clean,
     replica_summary,
     segment_base_findings,
-    segment_index_findings,
 )
-from tests.spark.test_verify import corrupt
+from offline.verify_index_checks import IndexRow, segment_index_findings
+from offline.verify_job import judge
+from offline.verify_layout import Layout, read_layout
+from tests.unit.offline.corruptions import corrupt
 from tests.unit.offline.helpers import BuiltCluster, build_cluster
 
 KEY = ("/d/broker-0", "t", 0)

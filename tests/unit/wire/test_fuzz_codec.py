@@ -15,7 +15,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.unit.wire.test_messages import MESSAGES, REQUESTS, dataclass_strategy
+from tests.unit.wire.messages.strategies import MESSAGES, REQUESTS, dataclass_strategy
 from wire import messages as m
 from wire.envelope import (
     RequestEnvelope,

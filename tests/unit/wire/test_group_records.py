@@ -7,6 +7,7 @@ import struct
 
 import pytest
 
+from wire.batch_builder import build_records_batch
 from wire.group_records import (
     GroupKey,
     GroupRecordError,
@@ -25,7 +26,8 @@ from wire.group_records import (
     java_string_hashcode,
     partition_for,
 )
-from wire.records import CompressionType, Record, build_records_batch, iter_records
+from wire.record_reader import iter_records
+from wire.records import CompressionType, Record
 
 SEED = 10
 

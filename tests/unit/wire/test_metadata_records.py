@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgpack
 import pytest
 
+from tests.unit.wire.metadata_helpers import through_msgpack
 from wire.metadata_records import (
     RECORD_TYPES,
     ControllerEpochRecord,
@@ -42,11 +42,6 @@ SAMPLES: list[Record] = [
     RemoveTopicRecord(ORDERS),
     ProducerIdsRecord(1, 7, 2_000),
 ]
-
-
-def through_msgpack(record: Record) -> Record:
-    packed = msgpack.packb(encode_record(record), use_bin_type=True)
-    return decode_record(msgpack.unpackb(packed, raw=False))
 
 
 def test_samples_cover_every_record_type() -> None:

@@ -1,4 +1,5 @@
-"""wire.records: header parsing, CRC validation, patching, batch iteration, record round trips."""
+"""wire.records: header parsing, CRC validation, patching, batch iteration (building batches is
+tested in test_batch_builder.py, reading their records in test_record_reader.py)."""
 
 from __future__ import annotations
 
@@ -8,46 +9,20 @@ import struct
 import pytest
 from crc32c import crc32c
 
+from tests.unit.wire.batch_helpers import HEADER, edit_header, sample_batch
+from wire.batch_builder import build_batch
+from wire.record_reader import iter_records
 from wire.records import (
     LOG_OVERHEAD,
     RECORD_BATCH_OVERHEAD,
     BatchHeader,
     CompressionType,
     CorruptRecordError,
-    Record,
-    build_batch,
-    build_records_batch,
     iter_batches,
-    iter_records,
     patch_batch,
     read_header,
     validate_batch,
 )
-
-HEADER = struct.Struct(">qiibIhiqqqhii")
-
-
-def recrc(batch: bytes | bytearray, pos: int = 0) -> bytearray:
-    """Return a copy of ``batch`` whose CRC matches its (possibly edited) contents."""
-    out = bytearray(batch)
-    (length,) = struct.unpack_from(">i", out, pos + 8)
-    struct.pack_into(">I", out, pos + 17, crc32c(bytes(out[pos + 21 : pos + 12 + length])))
-    return out
-
-
-def edit_header(batch: bytes, **fields: int) -> bytearray:
-    """Rewrite header fields by BatchHeader name and fix the CRC."""
-    values = dict(zip(BatchHeader.__slots__, HEADER.unpack_from(batch), strict=True))
-    values.update(fields)
-    out = bytearray(batch)
-    HEADER.pack_into(out, 0, *values.values())
-    return recrc(out)
-
-
-def sample_batch(**kwargs: object) -> bytes:
-    records = [(b"key-0", b"value-0"), (None, b"value-1"), (b"key-2", None)]
-    return build_batch(records, timestamps=[1_000, 999, 1_005], **kwargs)  # type: ignore[arg-type]
-
 
 # ---------------------------------------------------------------------------- constants, header
 
@@ -277,172 +252,3 @@ def test_iter_batches_reports_trailing_garbage() -> None:
     with pytest.raises(CorruptRecordError, match="truncated header: 10 of 61") as info:
         list(iter_batches(buf + b"\x00" * 10))
     assert info.value.position == len(buf)
-
-
-# ---------------------------------------------------------------------------- records
-
-
-def test_records_round_trip_with_keys_values_headers_and_timestamps() -> None:
-    batch = build_batch(
-        [(b"k1", b"v1"), (None, b""), (b"", None), (b"k4", b"v" * 10_000)],
-        base_offset=10,
-        timestamps=[5_000, 4_000, -1, 6_000],
-        headers=[[("h", b"x"), ("ключ", None)], [], [("", b"")], [("a", b"b")] * 3],
-    )
-    header = validate_batch(batch)
-    assert header.base_timestamp == 5_000
-    assert header.max_timestamp == 6_000
-    assert list(iter_records(batch)) == [
-        Record(10, 5_000, b"k1", b"v1", (("h", b"x"), ("ключ", None))),
-        Record(11, 4_000, None, b"", ()),
-        Record(12, -1, b"", None, (("", b""),)),
-        Record(13, 6_000, b"k4", b"v" * 10_000, (("a", b"b"),) * 3),
-    ]
-
-
-@pytest.mark.parametrize("codec", list(CompressionType))
-def test_records_round_trip_through_every_codec(codec: CompressionType) -> None:
-    values = [bytes([i % 251]) * (i * 37 % 5000) for i in range(200)]
-    batch = build_batch(
-        [(str(i).encode(), value) for i, value in enumerate(values)],
-        compression=codec,
-        base_timestamp=1_700_000_000_000,
-    )
-    header = validate_batch(batch)
-    assert header.compression is codec
-    assert header.records_count == 200
-    records = list(iter_records(batch))
-    assert [r.value for r in records] == values
-    assert [r.offset for r in records] == list(range(200))
-    assert {r.timestamp for r in records} == {1_700_000_000_000}
-
-
-def test_log_append_time_gives_every_record_the_max_timestamp() -> None:
-    batch = build_batch(
-        [(None, b"a"), (None, b"b")], timestamps=[1, 2], timestamp_type=1, max_timestamp=99
-    )
-    assert [r.timestamp for r in iter_records(batch)] == [99, 99]
-
-
-def test_empty_batch() -> None:
-    batch = build_batch([], base_offset=5, last_offset_delta=3)
-    header = validate_batch(batch)
-    assert header.records_count == 0
-    assert (header.base_timestamp, header.max_timestamp) == (-1, -1)
-    assert header.next_offset == 9
-    assert list(iter_records(batch)) == []
-
-
-def test_build_records_batch_keeps_offsets_and_gaps() -> None:
-    kept = [Record(105, 10, b"a", b"1"), Record(108, 12, b"b", None, (("h", b"v"),))]
-    batch = build_records_batch(kept, base_offset=100, last_offset_delta=9)
-    header = validate_batch(batch)
-    assert (header.base_offset, header.last_offset, header.records_count) == (100, 109, 2)
-    assert list(iter_records(batch)) == kept
-    assert read_header(build_records_batch(kept)).base_offset == 105
-
-
-def test_record_objects_carry_their_own_timestamps_and_headers() -> None:
-    records = [Record(0, 7, b"k", b"v", (("x", None),)), Record(1, 3, None, None)]
-    batch = build_batch(records, base_offset=40)
-    assert list(iter_records(batch)) == [
-        Record(40, 7, b"k", b"v", (("x", None),)),
-        Record(41, 3, None, None),
-    ]
-
-
-def test_builder_rejects_inconsistent_arguments() -> None:
-    pairs = [(None, b"a"), (None, b"b")]
-    with pytest.raises(ValueError, match="timestamps for 2 records"):
-        build_batch(pairs, timestamps=[1])
-    with pytest.raises(ValueError, match="header lists for 2 records"):
-        build_batch(pairs, headers=[[]])
-    with pytest.raises(ValueError, match="increasing"):
-        build_batch(pairs, offset_deltas=[1, 1])
-    with pytest.raises(ValueError, match="last offset delta 0 below"):
-        build_batch(pairs, last_offset_delta=0)
-    with pytest.raises(ValueError, match="timestamp type"):
-        build_batch(pairs, timestamp_type=2)
-    with pytest.raises(ValueError, match="producer epoch"):
-        build_batch(pairs, producer_epoch=1 << 15)
-    with pytest.raises(ValueError, match="base offset"):
-        build_batch(pairs, base_offset=-(1 << 63) - 1)
-    with pytest.raises(ValueError, match="record objects carry"):
-        build_batch([Record(0, 0, None, None)], headers=[[]])
-    with pytest.raises(ValueError, match="explicit base_offset"):
-        build_records_batch([])
-
-
-# ---------------------------------------------------------------------------- corrupt records
-# Each case edits the record bytes of a one-record batch and fixes the CRC, so that the record
-# parser (not the CRC) must notice.
-
-
-def one_record_batch(body: bytes) -> bytearray:
-    """A batch whose single record's bytes (after its length varint) are ``body``."""
-    batch = bytearray(build_batch([(None, b"")]))
-    record_length = len(body)
-    prefix = batch[:RECORD_BATCH_OVERHEAD]
-    encoded = bytes([record_length << 1]) + body  # zigzag varint of a small length
-    assert record_length < 64
-    out = prefix + encoded
-    struct.pack_into(">i", out, 8, len(out) - LOG_OVERHEAD)
-    return recrc(out)
-
-
-# attributes, timestamp delta 0, offset delta 0, null key, empty value, no headers
-GOOD_BODY = bytes([0, 0, 0, 1, 0, 0])
-
-
-@pytest.mark.parametrize(
-    ("body", "message"),
-    [
-        (GOOD_BODY[:3], "runs past the end"),
-        (bytes([0, 0, 0, 3]) + b"\x00", "key has negative length -2 in record 0"),
-        (bytes([0, 0, 0, 20, 0, 0]), "key length 10 runs past the end of the record in record 0"),
-        (bytes([0, 0, 0, 1, 0, 1]), "negative header count -1 in record 0"),
-        (bytes([0, 0, 0, 1, 0, 2, 1]), "negative header key length"),
-        (bytes([0, 0, 0, 1, 0, 2, 2, 0xFF, 1]), "header key is not UTF-8 in record 0"),
-        (bytes([0, 0, 2, 1, 0, 0]), "offset delta 1 out of order"),
-        (bytes([0, 0, 0, 1, 0, 0, 0]), "record declares 7 bytes but its fields use 6 in record 0"),
-        (bytes([0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x01]), "longer than 5 bytes"),
-        (b"", "empty record body in record 0"),
-    ],
-)
-def test_corrupt_record_fields_are_named(body: bytes, message: str) -> None:
-    assert list(iter_records(one_record_batch(GOOD_BODY))) == [Record(0, -1, None, b"", ())]
-    with pytest.raises(CorruptRecordError, match=message):
-        list(iter_records(one_record_batch(body)))
-
-
-def test_record_count_mismatch_both_ways() -> None:
-    batch = sample_batch()
-    with pytest.raises(CorruptRecordError, match="record count mismatch: header says 4"):
-        list(iter_records(edit_header(batch, records_count=4)))
-    with pytest.raises(CorruptRecordError, match=r"record count mismatch: \d+ bytes follow"):
-        list(iter_records(edit_header(batch, records_count=2)))
-    with pytest.raises(CorruptRecordError, match="negative record count"):
-        list(iter_records(edit_header(batch, records_count=-1)))
-
-
-def test_offset_delta_beyond_last_offset_delta() -> None:
-    with pytest.raises(CorruptRecordError, match="out of order"):
-        list(iter_records(edit_header(sample_batch(), last_offset_delta=1)))
-
-
-@pytest.mark.parametrize("codec", [c for c in CompressionType if c is not CompressionType.NONE])
-def test_garbage_compressed_payload_names_the_codec(codec: CompressionType) -> None:
-    batch = build_batch([(None, b"x" * 100)] * 3, compression=codec)
-    damaged = bytearray(batch)
-    for index in range(RECORD_BATCH_OVERHEAD, len(damaged)):
-        damaged[index] = (index * 89) & 0xFF
-    with pytest.raises(CorruptRecordError, match=f"bad {codec.name.lower()} data"):
-        list(iter_records(recrc(damaged)))
-
-
-def test_iter_records_checks_the_crc_unless_told_not_to() -> None:
-    batch = bytearray(sample_batch())
-    batch[18] ^= 0x01  # inside the stored CRC itself
-    with pytest.raises(CorruptRecordError, match="CRC mismatch"):
-        list(iter_records(batch))
-    assert len(list(iter_records(batch, verify_crc=False))) == 3

@@ -15,13 +15,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.unit.wire.test_records import recrc
+from tests.unit.wire.batch_helpers import recrc
+from wire.batch_builder import build_batch
 from wire.records import (
     LOG_OVERHEAD,
     RECORD_BATCH_OVERHEAD,
     BatchHeader,
     CorruptRecordError,
-    build_batch,
     validate_batch,
     validate_batch_for_append,
 )

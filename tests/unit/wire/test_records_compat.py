@@ -15,15 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wire.records import (
-    CompressionType,
-    Record,
-    build_batch,
-    iter_batches,
-    iter_records,
-    patch_batch,
-    validate_batch,
-)
+from wire.batch_builder import build_batch
+from wire.record_reader import iter_records
+from wire.records import CompressionType, Record, iter_batches, patch_batch, validate_batch
 
 with warnings.catch_warnings():
     # kafka-python 3 loads its protocol schemas through a deprecated importlib API on import;

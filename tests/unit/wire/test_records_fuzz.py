@@ -14,16 +14,16 @@ import struct
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.unit.wire.test_records import recrc
+from tests.unit.wire.batch_helpers import recrc
+from wire.batch_builder import build_batch
+from wire.record_reader import iter_records
 from wire.records import (
     LOG_OVERHEAD,
     RECORD_BATCH_OVERHEAD,
     CompressionType,
     CorruptRecordError,
     Record,
-    build_batch,
     iter_batches,
-    iter_records,
     read_header,
     validate_batch,
 )

@@ -16,8 +16,12 @@ from actors.controller.channel import (
     applied_code,
 )
 from runtime.clock import ManualClock
+from runtime.net.dialect import (
+    Handler,
+    RequestContext,
+)
 from runtime.net.memory import MemoryNetwork
-from runtime.net.server import Handler, RequestContext, Server
+from runtime.net.server import Server
 from runtime.net.transport import Address
 from wire.errors import ErrorCode
 from wire.messages import (

@@ -15,7 +15,7 @@ from actors.controller.model import (
     ControllerModel,
     is_valid_topic_id,
 )
-from tests.unit.wire.test_metadata_records import through_msgpack
+from tests.unit.wire.metadata_helpers import through_msgpack
 from wire.errors import ErrorCode
 from wire.metadata_records import (
     RECORD_TYPES,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from actors.group.config import GroupCoordinatorConfig
+from runtime.properties import property_names
 
 
 def test_kafkas_defaults_and_names() -> None:
@@ -13,8 +14,8 @@ def test_kafkas_defaults_and_names() -> None:
     assert config.offsets_topic_num_partitions == 50
     assert config.group_initial_rebalance_delay_ms == 3_000
     assert config.offsets_retention_ms == 7 * 24 * 3_600_000
-    for key in GroupCoordinatorConfig.PROPERTIES:
-        assert hasattr(config, key.replace(".", "_")), key
+    for name, keys in property_names(GroupCoordinatorConfig).items():
+        assert keys == (name.replace("_", "."),), "every key is Kafka's, read as the field's name"
 
 
 def test_values_from_properties_and_refusals() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from actors.group.coordinator import GroupCoordinator
 from runtime.clock import ManualClock
-from tests.unit.actors.group.test_shard import (
+from tests.unit.actors.group.shard_harness import (
     CONFIG,
     MemoryOffsetsLog,
     commit,

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from actors.replication.alter_partition import IsrProposal, IsrProposalResult
-from actors.replication.partition import PartitionActor, PartitionConfig
+from actors.replication.config import PartitionConfig
+from actors.replication.partition import PartitionActor
 from actors.replication.partition_messages import (
     AppendAsFollower,
     AppendAsLeader,
@@ -24,8 +25,8 @@ from runtime.actor import Supervisor
 from runtime.clock import ManualClock
 from runtime.log.config import LogConfig
 from runtime.log.log import Log
+from wire.batch_builder import build_batch
 from wire.errors import ErrorCode
-from wire.records import build_batch
 from wire.topic import TopicPartition
 
 TP = TopicPartition("orders", 0)

@@ -9,20 +9,21 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from actors.replication.config import ReplicaManagerConfig
 from actors.replication.delayed import DelayedOperations
-from actors.replication.fetcher import BrokerEndpoint, InitialFetchState
-from actors.replication.replica_manager import (
+from actors.replication.fetch_state import BrokerEndpoint, InitialFetchState
+from actors.replication.replica_manager import ReplicaManager
+from actors.replication.replica_manager_messages import (
     HandleLeaderAndIsr,
     HandleStopReplica,
     HandleUpdateMetadata,
-    ReplicaManager,
-    ReplicaManagerConfig,
 )
 from actors.replication.request_path import RequestPath
 from runtime.clock import ManualClock
 from runtime.log.config import LogManagerConfig
 from runtime.log.manager import LogManager
 from tests.unit.actors.replication.partition_harness import RecordingSink
+from wire.batch_builder import build_batch
 from wire.messages import (
     LEADER_AND_ISR_INCREMENTAL,
     FetchPartition,
@@ -46,7 +47,6 @@ from wire.messages import (
     UpdateMetadataRequest,
     UpdateMetadataResponse,
 )
-from wire.records import build_batch
 from wire.topic import TopicPartition
 
 BROKER_ID = 0

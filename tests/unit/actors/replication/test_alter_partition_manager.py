@@ -26,6 +26,7 @@ from runtime.clock import ManualClock
 from runtime.log.config import LogConfig
 from runtime.log.log import Log
 from runtime.net.backoff import ExponentialBackoff
+from wire.batch_builder import build_batch
 from wire.errors import ErrorCode
 from wire.messages import (
     AlterPartitionPartitionResult,
@@ -33,7 +34,6 @@ from wire.messages import (
     AlterPartitionResponse,
     AlterPartitionTopicResult,
 )
-from wire.records import build_batch
 from wire.topic import TopicPartition
 
 TP0 = TopicPartition("orders", 0)

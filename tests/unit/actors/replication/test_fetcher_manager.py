@@ -10,12 +10,8 @@ from typing import Any
 
 import pytest
 
-from actors.replication.fetcher import (
-    BrokerEndpoint,
-    FetchStatus,
-    InitialFetchState,
-    ReplicaFetcherConfig,
-)
+from actors.replication.config import ReplicaFetcherConfig
+from actors.replication.fetch_state import BrokerEndpoint, FetchStatus, InitialFetchState
 from actors.replication.fetcher_manager import (
     ReplicaFetcherManager,
     fetcher_id_for,
@@ -210,25 +206,3 @@ async def test_shutdown_cancels_every_task() -> None:
     assert all(c.closed for clients in harness.clients.values() for c in clients)
     with pytest.raises(AssertionError):
         manager.add_partitions(LEADER_1, {TopicPartition("orders", 0): InitialFetchState(0, 0)})
-
-
-def test_config_reads_kafka_property_names() -> None:
-    config = ReplicaFetcherConfig.from_properties(
-        {
-            "replica.fetch.wait.max.ms": "250",
-            "replica.fetch.min.bytes": 10,
-            "replica.fetch.max.bytes": 2048,
-            "replica.fetch.response.max.bytes": 4096,
-            "replica.fetch.backoff.ms": 50,
-            "num.replica.fetchers": 4,
-            "log.dirs": "/elsewhere",
-        }
-    )
-    assert config == ReplicaFetcherConfig(250, 10, 2048, 4096, 50, 4)
-    assert ReplicaFetcherConfig() == ReplicaFetcherConfig(500, 1, 1_048_576, 10_485_760, 1000, 1)
-    with pytest.raises(ValueError, match=r"num\.replica\.fetchers"):
-        ReplicaFetcherConfig.from_properties({"num.replica.fetchers": "many"})
-    with pytest.raises(ValueError, match="num_replica_fetchers"):
-        ReplicaFetcherConfig(num_replica_fetchers=0)
-    with pytest.raises(ValueError, match="replica_fetch_backoff_ms"):
-        ReplicaFetcherConfig(replica_fetch_backoff_ms=-1)

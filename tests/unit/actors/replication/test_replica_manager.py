@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from actors.replication.fetcher import BrokerEndpoint, FetcherControl, InitialFetchState
-from actors.replication.fetcher_manager import ReplicaFetcherManager
-from actors.replication.replica_manager import ReplicaManagerConfig, SetBrokerEpoch
+from actors.replication.fetch_state import BrokerEndpoint, InitialFetchState
+from actors.replication.fetcher_manager import FetcherControl, ReplicaFetcherManager
+from actors.replication.replica_manager_messages import SetBrokerEpoch
 from actors.views import Role
 from tests.unit.actors.replication.replica_manager_harness import (
     BROKER_ID,
@@ -416,21 +416,3 @@ def test_the_replica_fetcher_manager_is_a_fetcher_control() -> None:
     control: type[FetcherControl] = ReplicaFetcherManager
     for method in ("add_partitions", "remove_partitions", "shutdown_idle"):
         assert callable(getattr(control, method))
-
-
-def test_config_reads_kafka_property_names() -> None:
-    config = ReplicaManagerConfig.from_properties(
-        3,
-        {
-            "replica.lag.time.max.ms": 4000,
-            "replica.high.watermark.checkpoint.interval.ms": "250",
-            "min.insync.replicas": 2,
-            "log.segment.bytes": 1024,
-        },
-    )
-    assert config == ReplicaManagerConfig(3, 4000, 250, 2)
-    assert config.partition_config.min_insync_replicas == 2
-    with pytest.raises(ValueError, match=r"replica\.lag\.time\.max\.ms"):
-        ReplicaManagerConfig.from_properties(3, {"replica.lag.time.max.ms": "soon"})
-    with pytest.raises(ValueError, match="must be >= 2"):
-        ReplicaManagerConfig.from_properties(3, {"replica.lag.time.max.ms": 1})

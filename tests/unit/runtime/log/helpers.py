@@ -8,7 +8,9 @@ from pathlib import Path
 from runtime.clock import ManualClock
 from runtime.log.config import LogConfig
 from runtime.log.log import Log
-from wire.records import build_batch, iter_batches, iter_records
+from wire.batch_builder import build_batch
+from wire.record_reader import iter_records
+from wire.records import iter_batches
 
 with warnings.catch_warnings():
     # kafka-python loads its protocol schemas through a deprecated importlib API on import;

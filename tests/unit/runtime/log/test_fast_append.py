@@ -21,7 +21,8 @@ from runtime.log.config import LogConfig
 from runtime.log.log import Log
 from runtime.log.segment import LogSegment
 from tests.unit.runtime.log.helpers import WALL_MS
-from wire.records import CorruptRecordError, build_batch, patch_batch, validate_batch
+from wire.batch_builder import build_batch
+from wire.records import CorruptRecordError, patch_batch, validate_batch
 
 CONFIGS = [
     LogConfig(segment_bytes=40_000, segment_index_bytes=96, index_interval_bytes=0),

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import struct
 from pathlib import Path
 
@@ -15,13 +16,9 @@ from runtime.log.errors import (
 )
 from runtime.log.log import Log
 from runtime.log.offsets import LogOffsetMetadata, TimestampAndOffset
-from wire.records import (
-    CompressionType,
-    CorruptRecordError,
-    build_batch,
-    iter_batches,
-    iter_records,
-)
+from wire.batch_builder import build_batch
+from wire.record_reader import iter_records
+from wire.records import CompressionType, CorruptRecordError, iter_batches
 
 from .helpers import WALL_MS, batch, batch_bases, kafka_python_batch, offsets_of
 
@@ -293,9 +290,10 @@ async def test_flush_async_advances_recovery_point(log_dir: Path, clock: ManualC
     assert log.recovery_point == log.log_end_offset
 
 
-async def test_open_async(log_dir: Path, clock: ManualClock) -> None:
+async def test_open_in_a_worker_thread(log_dir: Path, clock: ManualClock) -> None:
+    # The log manager opens logs off the event loop (LogManager.open_async).
     filled(log_dir, clock, 5).close()
-    log = await Log.open_async(log_dir, SMALL, clock)
+    log = await asyncio.to_thread(Log.open, log_dir, SMALL, clock)
     assert log.log_end_offset == 15
 
 

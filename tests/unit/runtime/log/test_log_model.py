@@ -16,7 +16,9 @@ from runtime.clock import ManualClock
 from runtime.log.config import LogConfig
 from runtime.log.dump import dump_log_files
 from runtime.log.log import Log
-from wire.records import build_batch, iter_batches, iter_records
+from wire.batch_builder import build_batch
+from wire.record_reader import iter_records
+from wire.records import iter_batches
 
 from .helpers import WALL_MS
 

@@ -12,15 +12,8 @@ from typing import Any
 import pytest
 
 from runtime.log.errors import LogDirLockedError
-from runtime.log.metadata_log import (
-    LOCK_FILE,
-    MetadataLog,
-    MetadataLogCorruptError,
-    MetadataLogFailedError,
-    Record,
-    segment_name,
-    snapshot_name,
-)
+from runtime.log.metadata_log import MetadataLog, MetadataLogCorruptError, MetadataLogFailedError
+from runtime.log.metadata_log_format import LOCK_FILE, Record, segment_name, snapshot_name
 
 SEED = 20261122
 

@@ -14,7 +14,8 @@ from runtime.clock import ManualClock
 from runtime.log.config import LogConfig
 from runtime.log.dump import dump_log_files
 from runtime.log.log import Log
-from wire.records import build_batch, iter_batches
+from wire.batch_builder import build_batch
+from wire.records import iter_batches
 
 from .helpers import WALL_MS, batch, offsets_of
 

@@ -20,10 +20,15 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
 from runtime.clock import ManualClock
+from runtime.net.dialect import (
+    Handler,
+    RequestContext,
+)
 from runtime.net.kafka_dialect import KafkaProtocol
 from runtime.net.memory import MemoryNetwork
-from runtime.net.server import Handler, RequestContext, Server
+from runtime.net.server import Server
 from runtime.net.transport import Address, Stream
+from tests.unit.wire.kafka.helpers import NoTopicIds
 from wire.frames import FrameDecoder, encode_frame
 from wire.kafka.codec import schema
 from wire.kafka.convert import to_kio
@@ -138,14 +143,6 @@ class Recorder:
             ApiKey.PRODUCE: self.produce,
             ApiKey.FETCH: self.fetch,
         }
-
-
-class NoTopicIds:
-    def name_of(self, topic_id: bytes) -> str | None:
-        return None
-
-    def id_of(self, name: str) -> bytes:
-        return bytes(16)
 
 
 class Harness:

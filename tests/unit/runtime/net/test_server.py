@@ -1,149 +1,35 @@
-"""The request server over the in-memory network, on a manual clock.
+"""The request server over the in-memory network, on a manual clock: ApiVersions, pipelined
+requests answered concurrently and in request order, the in-flight cap, handler failures, bad
+frames, many connections, its configuration, and a seeded run over a jittery network.
 
-Every test drives the server with a raw client that writes frames by hand, so it can pipeline,
-send garbage, stop reading or vanish at exactly the moment it wants.
+Every test drives the server with a raw client that writes frames by hand
+(tests/unit/runtime/net/server_harness.py), so it can pipeline, send garbage, stop reading or
+vanish at exactly the moment it wants. Connection limits, idle timeouts and stop() are in
+test_server_connections.py; what the native dialect answers itself is in test_native_dialect.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
-from collections.abc import Callable, Mapping
-from types import TracebackType
 from typing import Any
 
 import pytest
 
 from runtime.clock import ManualClock
-from runtime.net import auth
+from runtime.net.dialect import RequestContext
 from runtime.net.memory import MemoryNetwork
-from runtime.net.server import Handler, RequestContext, Server, ServerConfig
-from runtime.net.transport import Address, Stream
-from wire.envelope import RequestEnvelope, ResponseEnvelope, decode_response, encode_request
+from runtime.net.server import Server, ServerConfig
+from tests.unit.runtime.net.server_harness import ADDRESS, SEED, Gate, Harness, RawClient, until
 from wire.errors import ErrorCode
-from wire.frames import FrameDecoder, encode_frame
+from wire.frames import encode_frame
 from wire.messages import (
     ApiKey,
     ApiVersionsRequest,
     ApiVersionsResponse,
-    BrokerHeartbeatRequest,
-    BrokerHeartbeatResponse,
     CreateTopicsRequest,
     MetadataRequest,
     MetadataResponse,
-    Request,
-    SaslAuthenticateRequest,
-    SaslAuthenticateResponse,
-    SaslHandshakeRequest,
-    SaslHandshakeResponse,
 )
-
-SEED = 4
-ADDRESS = Address("broker", 9092)
-SECRET = b"test-cluster-secret-0123456789"
-
-
-async def until(condition: Callable[[], bool], what: str) -> None:
-    """Let the loop run until `condition` holds; the in-memory network needs no real time."""
-    for _ in range(2000):
-        if condition():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError(f"never happened: {what} (seed={SEED})")
-
-
-class RawClient:
-    def __init__(self, stream: Stream) -> None:
-        self.stream = stream
-        self.decoder = FrameDecoder()
-        self.frames: deque[bytes] = deque()
-        self.eof = False
-
-    async def send(self, correlation_id: int, request: Request) -> None:
-        await self.send_body(
-            request.API_KEY, request.API_VERSION, correlation_id, request.to_body()
-        )
-
-    async def send_body(
-        self, api_key: int, api_version: int, correlation_id: int, body: dict[str, Any]
-    ) -> None:
-        envelope = RequestEnvelope(api_key, api_version, correlation_id, "test-client", body)
-        await self.stream.send(encode_frame(encode_request(envelope)))
-
-    async def response(self) -> ResponseEnvelope | None:
-        """The next response; None once the server closed the connection."""
-        async with asyncio.timeout(5):
-            while not self.frames and not self.eof:
-                data = await self.stream.receive()
-                if not data:
-                    self.eof = True
-                    break
-                self.decoder.feed(data)
-                while (frame := self.decoder.next_frame()) is not None:
-                    self.frames.append(frame)
-        return decode_response(self.frames.popleft()) if self.frames else None
-
-    async def call(self, correlation_id: int, request: Request) -> dict[str, Any]:
-        await self.send(correlation_id, request)
-        envelope = await self.response()
-        assert envelope is not None, "connection closed instead of answering"
-        assert envelope.correlation_id == correlation_id
-        return envelope.body
-
-
-class Harness:
-    def __init__(
-        self,
-        handlers: Mapping[int, Handler],
-        config: ServerConfig | None = None,
-        secret: bytes | None = None,
-    ) -> None:
-        self.clock = ManualClock()
-        self.network = MemoryNetwork(seed=SEED, clock=self.clock)
-        self.server = Server(
-            self.network.transport("broker"),
-            ADDRESS,
-            handlers,
-            clock=self.clock,
-            config=config,
-            cluster_secret=secret,
-        )
-        self._clients = 0
-
-    async def __aenter__(self) -> Harness:
-        await self.server.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.server.stop()
-
-    async def connect(self) -> RawClient:
-        self._clients += 1
-        transport = self.network.transport(f"client-{self._clients}")
-        return RawClient(await transport.connect(ADDRESS, timeout_s=1.0))
-
-
-class Gate:
-    """A handler whose requests wait until the test opens them, one correlation id at a time."""
-
-    def __init__(self) -> None:
-        self.started: list[int] = []
-        self.finished: list[int] = []
-        self.gates: dict[int, asyncio.Event] = {}
-
-    def open(self, correlation_id: int) -> None:
-        self.gates.setdefault(correlation_id, asyncio.Event()).set()
-
-    async def __call__(self, request: MetadataRequest, ctx: RequestContext) -> MetadataResponse:
-        self.started.append(ctx.correlation_id)
-        await self.gates.setdefault(ctx.correlation_id, asyncio.Event()).wait()
-        self.finished.append(ctx.correlation_id)
-        return MetadataResponse(controller_id=ctx.correlation_id)
 
 
 async def test_api_versions_is_answered_by_default() -> None:
@@ -282,31 +168,6 @@ async def test_handler_whose_awaited_future_is_cancelled_still_gets_an_answer() 
 
 
 @pytest.mark.parametrize(
-    ("api_key", "api_version"),
-    [(99, 0), (ApiKey.METADATA, 7), (ApiKey.PRODUCE, 0)],  # unknown key, version, no handler
-)
-async def test_unsupported_api_gets_unsupported_version(api_key: int, api_version: int) -> None:
-    async with Harness({ApiKey.METADATA: Gate()}) as h:
-        client = await h.connect()
-        await client.send_body(api_key, api_version, 5, {"anything": 1})
-        envelope = await client.response()
-        assert envelope is not None
-        assert envelope.correlation_id == 5
-        assert envelope.body == {"error_code": ErrorCode.UNSUPPORTED_VERSION}
-        assert (await client.call(6, ApiVersionsRequest()))["error_code"] == 0
-
-
-async def test_malformed_body_is_invalid_request_and_the_connection_lives() -> None:
-    async with Harness({ApiKey.METADATA: Gate()}) as h:
-        client = await h.connect()
-        await client.send_body(ApiKey.METADATA, 0, 7, {"topics": "not a list"})
-        envelope = await client.response()
-        assert envelope is not None
-        assert MetadataResponse.from_body(envelope.body).error is ErrorCode.INVALID_REQUEST
-        assert (await client.call(8, ApiVersionsRequest()))["error_code"] == 0
-
-
-@pytest.mark.parametrize(
     "garbage",
     [
         b"\x00\x00\x10\x00" + b"x" * 16,  # length 4096 over a 1000-byte limit
@@ -341,74 +202,6 @@ async def test_client_vanishing_mid_request_harms_nothing() -> None:
         assert MetadataResponse.from_body(await again.call(2, MetadataRequest())).controller_id == 2
 
 
-async def test_control_plane_needs_the_cluster_credential() -> None:
-    calls: list[RequestContext] = []
-
-    async def heartbeat(request: BrokerHeartbeatRequest, ctx: RequestContext) -> Any:
-        calls.append(ctx)
-        return BrokerHeartbeatResponse(is_fenced=False)
-
-    request = BrokerHeartbeatRequest(broker_id=1, broker_epoch=3)
-    async with Harness({ApiKey.BROKER_HEARTBEAT: heartbeat}, secret=SECRET) as h:
-        client = await h.connect()
-        body = await client.call(1, request)
-        assert (
-            BrokerHeartbeatResponse.from_body(body).error is ErrorCode.CLUSTER_AUTHORIZATION_FAILED
-        )
-        assert calls == []
-
-        # Prove the credential; the heartbeat pipelined behind the proof is already allowed.
-        proof_client = auth.ClientAuthenticator(SECRET)
-        body = await client.call(2, SaslHandshakeRequest(mechanism=auth.MECHANISM))
-        assert SaslHandshakeResponse.from_body(body).mechanisms == [auth.MECHANISM]
-        first = SaslAuthenticateRequest(auth_bytes=proof_client.first_message())
-        challenge = SaslAuthenticateResponse.from_body(await client.call(3, first))
-        assert challenge.error is ErrorCode.NONE
-        proof = proof_client.on_challenge(challenge.auth_bytes)
-        await client.send(4, SaslAuthenticateRequest(auth_bytes=proof))
-        await client.send(5, request)
-        final = await client.response()
-        assert final is not None
-        proof_client.on_server_proof(SaslAuthenticateResponse.from_body(final.body).auth_bytes)
-        answered = await client.response()
-        assert answered is not None
-        assert BrokerHeartbeatResponse.from_body(answered.body).is_fenced is False
-        assert [ctx.cluster_member for ctx in calls] == [True]
-        assert calls[0].client_id == "test-client"
-
-
-async def test_wrong_credential_keeps_control_plane_closed() -> None:
-    calls: list[int] = []
-
-    async def heartbeat(request: BrokerHeartbeatRequest, ctx: RequestContext) -> Any:
-        calls.append(ctx.correlation_id)
-        return BrokerHeartbeatResponse()
-
-    async with Harness({ApiKey.BROKER_HEARTBEAT: heartbeat}, secret=SECRET) as h:
-        client = await h.connect()
-        impostor = auth.ClientAuthenticator(b"wrong-secret-wrong-secret")
-        await client.call(1, SaslHandshakeRequest(mechanism=auth.MECHANISM))
-        first = SaslAuthenticateRequest(auth_bytes=impostor.first_message())
-        challenge = SaslAuthenticateResponse.from_body(await client.call(2, first))
-        proof = SaslAuthenticateRequest(auth_bytes=impostor.on_challenge(challenge.auth_bytes))
-        result = SaslAuthenticateResponse.from_body(await client.call(3, proof))
-        assert result.error is ErrorCode.SASL_AUTHENTICATION_FAILED
-        assert result.error_message is not None
-        assert result.auth_bytes == b""
-        body = await client.call(4, BrokerHeartbeatRequest(broker_id=1, broker_epoch=1))
-        assert body["error_code"] == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
-        assert calls == []
-
-
-async def test_server_without_secret_offers_no_mechanism() -> None:
-    async with Harness({}) as h:
-        client = await h.connect()
-        body = await client.call(1, SaslHandshakeRequest(mechanism=auth.MECHANISM))
-        response = SaslHandshakeResponse.from_body(body)
-        assert response.error is ErrorCode.UNSUPPORTED_SASL_MECHANISM
-        assert response.mechanisms == []
-
-
 async def test_many_concurrent_connections_each_get_their_own_answers() -> None:
     async def echo_id(request: MetadataRequest, ctx: RequestContext) -> MetadataResponse:
         await asyncio.sleep(0)
@@ -436,89 +229,6 @@ async def test_many_concurrent_connections_each_get_their_own_answers() -> None:
             assert len({peer for _, peer in result}) == 1
             peers.add(result[0][1])
         assert len(peers) == 50
-
-
-async def test_max_connections_closes_the_excess() -> None:
-    async with Harness({}, ServerConfig(max_connections=2)) as h:
-        first, second = await h.connect(), await h.connect()
-        third = await h.connect()
-        assert await third.response() is None
-        assert (await first.call(1, ApiVersionsRequest()))["error_code"] == 0
-        assert (await second.call(1, ApiVersionsRequest()))["error_code"] == 0
-
-
-async def test_idle_connections_close_on_the_clock_but_busy_ones_do_not() -> None:
-    gate = Gate()
-    config = ServerConfig(connections_max_idle_ms=1000)
-    async with Harness({ApiKey.METADATA: gate}, config) as h:
-        idle = await h.connect()
-        busy = await h.connect()
-        await busy.send(1, MetadataRequest())
-        await until(lambda: gate.started == [1], "busy request running")
-        h.clock.advance(999)
-        await until(lambda: True, "")
-        assert h.server.connection_count == 2
-        h.clock.advance(1)
-        assert await idle.response() is None
-        await until(lambda: h.server.connection_count == 1, "idle connection closed")
-        h.clock.advance(5000)  # the busy one owes a response: it stays
-        await asyncio.sleep(0)
-        assert h.server.connection_count == 1
-        gate.open(1)
-        assert (await busy.response()) is not None
-        h.clock.advance(1000)
-        assert await busy.response() is None
-
-
-async def test_activity_postpones_the_idle_timeout() -> None:
-    config = ServerConfig(connections_max_idle_ms=1000)
-    async with Harness({}, config) as h:
-        client = await h.connect()
-        for cid in range(5):
-            h.clock.advance(600)
-            assert (await client.call(cid, ApiVersionsRequest()))["error_code"] == 0
-        assert h.server.connection_count == 1
-
-
-async def test_stop_lets_in_flight_requests_finish_then_closes() -> None:
-    gate = Gate()
-    h = Harness({ApiKey.METADATA: gate})
-    await h.server.start()
-    client = await h.connect()
-    await client.send(1, MetadataRequest())
-    await until(lambda: gate.started == [1], "request running")
-    stopping = asyncio.ensure_future(h.server.stop())
-    await until(lambda: h.server.stopping, "stop begun")
-    with pytest.raises(ConnectionRefusedError):
-        await h.network.transport("late").connect(ADDRESS, timeout_s=1.0)
-    assert not stopping.done()
-    await client.send(2, MetadataRequest())  # arrives after stop began: never dispatched
-    gate.open(2)
-    gate.open(1)
-    envelope = await client.response()
-    assert envelope is not None
-    assert envelope.correlation_id == 1
-    assert await client.response() is None
-    await stopping
-    assert gate.started == [1]
-
-
-async def test_stop_gives_up_on_stuck_handlers_after_the_shutdown_timeout() -> None:
-    gate = Gate()
-    h = Harness({ApiKey.METADATA: gate}, ServerConfig(server_shutdown_timeout_ms=2000))
-    await h.server.start()
-    client = await h.connect()
-    await client.send(1, MetadataRequest())
-    await until(lambda: gate.started == [1], "request running")
-    stopping = asyncio.ensure_future(h.server.stop())
-    await until(lambda: h.server.stopping, "stop begun")
-    h.clock.advance(1999)
-    await until(lambda: True, "")
-    assert not stopping.done()
-    h.clock.advance(1)
-    await stopping
-    assert await client.response() is None
-    assert gate.finished == []
 
 
 def test_config_from_kafka_property_names() -> None:

@@ -13,8 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runtime.clock import ManualClock
+from runtime.net.dialect import RequestContext
 from runtime.net.memory import MemoryNetwork
-from runtime.net.server import RequestContext, Server, ServerConfig
+from runtime.net.server import (
+    Server,
+    ServerConfig,
+)
 from runtime.net.transport import Address, Stream
 from wire.envelope import (
     RequestEnvelope,

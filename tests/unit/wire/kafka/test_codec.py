@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import io
 import struct
 import uuid
 from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode as KioErrorCode
-from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
+from wire.error_responses import error_response
 from wire.errors import ErrorCode, ProtocolError
-from wire.kafka.apis import APIS, FetchByIds, error_response
+from wire.kafka.apis import APIS, FetchByIds
 from wire.kafka.codec import (
     KafkaFrameError,
     decode_request,
@@ -39,6 +38,7 @@ from wire.messages import (
     ProduceRequest,
 )
 
+from .helpers import request_frame, response_body
 from .samples import REQUESTS, RESPONSES, TOPIC_ID
 
 SERVED = [
@@ -47,34 +47,6 @@ SERVED = [
     if api.key in REQUESTS  # the group APIs: test_group_conversion.py
     for version in range(api.low, api.high + 1)
 ]
-
-
-def request_frame(api_key: int, version: int, body: Any, correlation_id: int = 9) -> bytes:
-    """A request as a Kafka client sends it (without the 4-byte length)."""
-    request_cls = type(body)
-    header_cls = request_cls.__header_schema__
-    buffer = io.BytesIO()
-    entity_writer(header_cls)(
-        buffer,
-        header_cls(
-            request_api_key=api_key,
-            request_api_version=version,
-            correlation_id=correlation_id,
-            client_id="test-client",
-        ),
-    )
-    entity_writer(request_cls)(buffer, body)
-    return buffer.getvalue()
-
-
-def response_body(frame: bytes, response_cls: type[Any]) -> tuple[int, Any]:
-    """(correlation id, body) of a response frame, read with the header version it names."""
-    (length,) = struct.unpack_from(">i", frame)
-    assert length == len(frame) - 4
-    header, used = entity_reader(response_cls.__header_schema__)(frame, 4)
-    body, size = entity_reader(response_cls)(frame, 4 + used)
-    assert 4 + used + size == len(frame), "trailing bytes after the response body"
-    return header.correlation_id, body
 
 
 FETCH_NO_TOPICS = FetchRequest(max_wait_ms=500, min_bytes=1, isolation_level=1, topics=[])

@@ -10,7 +10,6 @@ import pytest
 from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.static.constants import EntityType
 
-from tests.unit.runtime.net.test_kafka_dialect import NoTopicIds
 from wire.kafka.apis import APIS
 from wire.kafka.codec import decode_request, encode_response, read_prefix, schema
 from wire.kafka.convert import to_kio, to_native
@@ -54,7 +53,7 @@ from wire.messages import (
     SyncGroupResponse,
 )
 
-from .test_codec import request_frame, response_body
+from .helpers import NoTopicIds, request_frame, response_body
 
 CASES: list[tuple[int, range, Request, Response]] = [
     (

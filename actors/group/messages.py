@@ -1,0 +1,130 @@
+"""Messages a `GroupShard` handles: the requests the router asks it, and the ones it tells itself.
+
+Every message is a frozen, slotted dataclass; those answered with a value subclass `Ask[R]`. A
+request that must wait (a join until the rebalance completes, a sync until the leader's
+assignment is stored, a commit until its records are replicated) is answered with a future the
+shard completes later from another message, so the mailbox never blocks on a member or on
+replication.
+
+The shard's own messages come from its alarms (`JoinDeadline`, `SessionExpired`), its periodic
+expiry check (`ExpireOffsets`) and its offsets-topic writes (`GroupStored`, `OffsetsStored`):
+they carry a timer's token or a write's outcome back into the mailbox, so every state change
+happens in a handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from runtime.actor import Ask
+from wire.errors import ErrorCode
+from wire.group_records import OffsetValue
+from wire.messages import (
+    DescribedGroup,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    ListedGroup,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+
+# -- from the router -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Join(Ask[asyncio.Future[JoinGroupResponse]]):
+    request: JoinGroupRequest
+    client_id: str
+    client_host: str
+    # Kafka clients from JoinGroup v4 on take a member id from a MEMBER_ID_REQUIRED answer and
+    # rejoin with it; older ones are given theirs in the join's own answer.
+    require_known_member_id: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Sync(Ask[asyncio.Future[SyncGroupResponse]]):
+    request: SyncGroupRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Beat(Ask[HeartbeatResponse]):
+    request: HeartbeatRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Leave(Ask[LeaveGroupResponse]):
+    request: LeaveGroupRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Commit(Ask[asyncio.Future[OffsetCommitResponse]]):
+    request: OffsetCommitRequest
+
+
+@dataclass(frozen=True, slots=True)
+class FetchOffsets(Ask[OffsetFetchResponse]):
+    request: OffsetFetchRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Describe(Ask[list[DescribedGroup]]):
+    group_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ListAll(Ask[list[ListedGroup]]):
+    states: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveOffsets:
+    """Partitions deleted from the cluster (an UpdateMetadata named them): every group's
+    committed offsets of them go, with tombstones (Kafka's onPartitionsDeleted)."""
+
+    partitions: frozenset[tuple[str, int]]
+
+
+# -- from the shard's own alarms and writes --------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JoinDeadline:
+    group_id: str
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class SessionExpired:
+    group_id: str
+    member_id: str
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStored:
+    group_id: str
+    generation: int
+    error: ErrorCode
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetsStored:
+    group_id: str
+    offsets: tuple[tuple[tuple[str, int], OffsetValue], ...]
+    error: ErrorCode
+    answer: asyncio.Future[OffsetCommitResponse]
+    request: OffsetCommitRequest
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireOffsets:
+    pass

@@ -1,0 +1,132 @@
+"""`ketch up`'s command line and the ports it gives each node.
+
+    ketch up [--brokers 3] [--data-dir ./data] [--port 9092] [--kafka-port 19092] [--config F]
+
+Broker i listens on 127.0.0.1:<port+i> (the native protocol) and on 127.0.0.1:<kafka-port+i>
+(the Kafka wire protocol, for Kafka clients: `--kafka-listen`), the controller on
+127.0.0.1:<port+100>; `--kafka-port -1` runs the brokers without Kafka listeners. Each node's
+Prometheus endpoint is at port+200+i (the controller's at port+300). The nodes' directories and
+command lines are node/layout.py's (the same the process test harness runs), with `--config F`
+passed on, so one TOML file configures every node.
+
+Pure functions of the arguments: nothing here starts a process or touches the data dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from node.layout import Layout, NodeSpec
+from runtime.net.transport import Address
+
+HOST: Final = "127.0.0.1"
+CONTROLLER_PORT_OFFSET: Final = 100
+KAFKA_OFF: Final = -1  # `--kafka-port -1`: no Kafka-protocol listeners
+# Each node's Prometheus endpoint (GET /metrics): broker i at port+200+i, the controller at
+# port+300.
+METRICS_PORT_OFFSET: Final = 200
+
+
+@dataclass(frozen=True, slots=True)
+class UpOptions:
+    brokers: int
+    data_dir: Path
+    port: int
+    kafka_port: int  # the base port of the Kafka listeners, or KAFKA_OFF
+    config: Path | None
+
+    def bindings(self) -> list[tuple[int, str]]:
+        """Every port the cluster's nodes bind, each with what binds it."""
+        controller_metrics = self.port + METRICS_PORT_OFFSET + CONTROLLER_PORT_OFFSET
+        used = [
+            (self.port + CONTROLLER_PORT_OFFSET, "the controller"),
+            (controller_metrics, "the controller's metrics"),
+        ]
+        for i in range(self.brokers):
+            used.append((self.port + i, f"broker {i}"))
+            used.append((self.port + METRICS_PORT_OFFSET + i, f"broker {i}'s metrics"))
+            if self.kafka_port != KAFKA_OFF:
+                used.append((self.kafka_port + i, f"broker {i}'s Kafka listener"))
+        return used
+
+
+def child_specs(options: UpOptions, layout: Layout) -> tuple[NodeSpec, list[NodeSpec]]:
+    """The controller's and the brokers' command lines, on `ketch up`'s fixed ports."""
+    controller_address = Address(HOST, options.port + CONTROLLER_PORT_OFFSET)
+    metrics = options.port + METRICS_PORT_OFFSET
+    controller = layout.controller_spec(
+        controller_address,
+        config=options.config,
+        flags={"metrics.port": metrics + CONTROLLER_PORT_OFFSET},
+    )
+    brokers = [
+        layout.broker_spec(
+            broker_id,
+            Address(HOST, options.port + broker_id),
+            controller_address,
+            config=options.config,
+            kafka_address=(
+                None
+                if options.kafka_port == KAFKA_OFF
+                else Address(HOST, options.kafka_port + broker_id)
+            ),
+            flags={"metrics.port": metrics + broker_id},
+        )
+        for broker_id in range(options.brokers)
+    ]
+    return controller, brokers
+
+
+def add_up_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--brokers", type=int, default=3, help="number of brokers (default 3)")
+    parser.add_argument("--data-dir", type=Path, default=Path("./data"), help="default ./data")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=9092,
+        help="broker i listens on port+i, the controller on port+100",
+    )
+    parser.add_argument(
+        "--kafka-port",
+        type=int,
+        default=19092,
+        help="broker i's Kafka-protocol listener is on kafka-port+i (default 19092; -1: none)",
+    )
+    parser.add_argument("--config", type=Path, help="TOML file of Kafka properties for every node")
+
+
+def options_from_args(args: argparse.Namespace) -> UpOptions | str:
+    """The options, or the usage error to print."""
+    if args.brokers < 1:
+        return f"--brokers must be at least 1, got {args.brokers}"
+    if args.brokers > CONTROLLER_PORT_OFFSET:
+        return f"--brokers must be at most {CONTROLLER_PORT_OFFSET} (the controller is on port+100)"
+    # The highest port is the controller's metrics endpoint.
+    if args.port <= 0 or args.port + METRICS_PORT_OFFSET + CONTROLLER_PORT_OFFSET > 65_535:
+        return f"--port out of range: {args.port}"
+    if args.kafka_port != KAFKA_OFF and not 0 < args.kafka_port <= 65_536 - args.brokers:
+        return f"--kafka-port out of range: {args.kafka_port} (-1 runs without Kafka listeners)"
+    config: Path | None = args.config
+    if config is not None:
+        if not config.is_file():
+            return f"config file not found: {config}"
+        config = config.resolve()
+    options = UpOptions(args.brokers, args.data_dir.resolve(), args.port, args.kafka_port, config)
+    return _port_overlap(options) or options
+
+
+def _port_overlap(options: UpOptions) -> str | None:
+    """The usage error when two nodes would bind one port (one of them would exit at start).
+    With at most 100 brokers only a Kafka listener can overlap another node's port."""
+    owners: dict[int, str] = {}
+    for port, owner in options.bindings():
+        if port in owners:
+            return (
+                f"--kafka-port {options.kafka_port} overlaps --port {options.port}: "
+                f"{owners[port]} and {owner} would both bind port {port}"
+            )
+        owners[port] = owner
+    return None

@@ -1,0 +1,269 @@
+"""`BrokerApis`: every API a broker serves, one handler each, for both listeners (KafkaApis).
+
+One table maps an API key to its handler; the native listener and the Kafka listener serve the
+same table. What differs between them is decided from the request's `RequestContext.listener`,
+in the handler, not by a second table:
+
+    Metadata         the listener's own addresses; on the Kafka listener also the cluster id, and
+                     the answering broker named as controller (below)
+    FindCoordinator  the coordinator's address on the asking listener
+    JoinGroup        MEMBER_ID_REQUIRED first for Kafka JoinGroup v4+ (KIP-394) and for every
+                     native client; older Kafka versions get the member id in the join's answer
+
+What each listener may reach is decided by the listener, not here: the native server refuses the
+control-plane APIs (LeaderAndIsr, StopReplica, UpdateMetadata) on connections that did not prove
+the cluster secret, and the Kafka listener serves only the APIs in `wire.kafka.apis.APIS`, none
+of them control-plane.
+
+Ownership: the handlers run on the event loop and only forward to the parts that own state (the
+ReplicaManager's actor, the request path, the group coordinator, the controller forwarder), so
+nothing here needs a lock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Final
+
+from actors.replication.partition_messages import ACKS_NONE
+from actors.replication.replica_manager import ReplicaManager
+from actors.replication.replica_manager_messages import (
+    HandleLeaderAndIsr,
+    HandleStopReplica,
+    HandleUpdateMetadata,
+)
+from actors.replication.request_path import RequestPath
+from node.broker.config import KAFKA_LISTENER
+from node.broker.describe_configs import TopicConfigSource, describe_configs
+from node.broker.forwarder import ControllerForwarder
+from node.broker.groups import BrokerGroups
+from node.broker.producer_ids import ProducerIdManager
+from runtime.net.dialect import Handler, RequestContext
+from wire.messages import (
+    ApiKey,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    FetchRequest,
+    FetchResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaderAndIsrRequest,
+    LeaderAndIsrResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    MetadataRequest,
+    MetadataResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+    ProduceRequest,
+    ProduceResponse,
+    StopReplicaRequest,
+    StopReplicaResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+    UpdateMetadataRequest,
+    UpdateMetadataResponse,
+)
+
+# KIP-394: from JoinGroup v4 a new Kafka member first learns its id from MEMBER_ID_REQUIRED.
+KNOWN_MEMBER_ID_VERSION: Final = 4
+
+
+class BrokerApis:
+    """The broker's request handlers; `table()` is what both listeners' servers serve."""
+
+    def __init__(
+        self,
+        *,
+        broker_id: int,
+        cluster_id: str | None,
+        replica_manager: ReplicaManager,
+        request_path: RequestPath,
+        forwarder: ControllerForwarder,
+        groups: BrokerGroups,
+        producer_ids: ProducerIdManager,
+        topic_configs: TopicConfigSource,
+    ) -> None:
+        self._broker_id = broker_id
+        self._cluster_id = cluster_id
+        self._replica_manager = replica_manager
+        self._request_path = request_path
+        self._forwarder = forwarder
+        self._groups = groups
+        self._producer_ids = producer_ids
+        self._topic_configs = topic_configs
+
+    def table(self) -> dict[int, Handler]:
+        return {
+            # data plane
+            ApiKey.PRODUCE: self.produce,
+            ApiKey.FETCH: self.fetch,
+            ApiKey.LIST_OFFSETS: self.list_offsets,
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
+            ApiKey.METADATA: self.metadata,
+            ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
+            # admin, forwarded to the controller (KIP-590), and configs
+            ApiKey.CREATE_TOPICS: self.create_topics,
+            ApiKey.DELETE_TOPICS: self.delete_topics,
+            ApiKey.DESCRIBE_CLUSTER: self.describe_cluster,
+            ApiKey.DESCRIBE_CONFIGS: self.describe_configs,
+            # consumer groups
+            ApiKey.FIND_COORDINATOR: self.find_coordinator,
+            ApiKey.JOIN_GROUP: self.join_group,
+            ApiKey.SYNC_GROUP: self.sync_group,
+            ApiKey.HEARTBEAT: self.heartbeat,
+            ApiKey.LEAVE_GROUP: self.leave_group,
+            ApiKey.OFFSET_COMMIT: self.offset_commit,
+            ApiKey.OFFSET_FETCH: self.offset_fetch,
+            ApiKey.DESCRIBE_GROUPS: self.describe_groups,
+            ApiKey.LIST_GROUPS: self.list_groups,
+            # control plane (the native listener, cluster members only)
+            ApiKey.LEADER_AND_ISR: self.leader_and_isr,
+            ApiKey.STOP_REPLICA: self.stop_replica,
+            ApiKey.UPDATE_METADATA: self.update_metadata,
+        }
+
+    # -- data plane -------------------------------------------------------------------------------
+
+    async def produce(self, request: ProduceRequest, ctx: RequestContext) -> ProduceResponse | None:
+        response = await self._request_path.produce(request)
+        # With acks=0 Kafka sends no response (the appends are done either way).
+        return None if request.acks == ACKS_NONE else response
+
+    async def fetch(self, request: FetchRequest, ctx: RequestContext) -> FetchResponse:
+        return await self._request_path.fetch(request)
+
+    async def list_offsets(
+        self, request: ListOffsetsRequest, ctx: RequestContext
+    ) -> ListOffsetsResponse:
+        return await self._request_path.list_offsets(request)
+
+    async def offset_for_leader_epoch(
+        self, request: OffsetForLeaderEpochRequest, ctx: RequestContext
+    ) -> OffsetForLeaderEpochResponse:
+        return await self._request_path.offset_for_leader_epoch(request)
+
+    async def metadata(self, request: MetadataRequest, ctx: RequestContext) -> MetadataResponse:
+        metadata = self._replica_manager.metadata
+        if ctx.listener != KAFKA_LISTENER:
+            return metadata.metadata_response(request, listener=ctx.listener)
+        response = metadata.metadata_response(
+            request, listener=ctx.listener, cluster_id=self._cluster_id
+        )
+        # Kafka clients send admin requests to the controller the answer names; ketch's
+        # controller is no broker, and every broker forwards them to it (KIP-590), so the
+        # answering broker names itself, as a KRaft broker names a live broker.
+        return dataclasses.replace(response, controller_id=self._broker_id)
+
+    async def init_producer_id(
+        self, request: InitProducerIdRequest, ctx: RequestContext
+    ) -> InitProducerIdResponse:
+        return await self._producer_ids.init_producer_id(request)
+
+    # -- admin ------------------------------------------------------------------------------------
+
+    async def create_topics(
+        self, request: CreateTopicsRequest, ctx: RequestContext
+    ) -> CreateTopicsResponse:
+        return await self._forwarder.create_topics(request)
+
+    async def delete_topics(
+        self, request: DeleteTopicsRequest, ctx: RequestContext
+    ) -> DeleteTopicsResponse:
+        return await self._forwarder.delete_topics(request)
+
+    async def describe_cluster(
+        self, request: DescribeClusterRequest, ctx: RequestContext
+    ) -> DescribeClusterResponse:
+        return await self._forwarder.describe_cluster(request)
+
+    async def describe_configs(
+        self, request: DescribeConfigsRequest, ctx: RequestContext
+    ) -> DescribeConfigsResponse:
+        return describe_configs(request, self._topic_configs)
+
+    # -- consumer groups --------------------------------------------------------------------------
+
+    async def find_coordinator(
+        self, request: FindCoordinatorRequest, ctx: RequestContext
+    ) -> FindCoordinatorResponse:
+        return await self._groups.find_coordinator(request, ctx.listener)
+
+    async def join_group(self, request: JoinGroupRequest, ctx: RequestContext) -> JoinGroupResponse:
+        kafka = ctx.listener == KAFKA_LISTENER
+        return await self._groups.coordinator.join_group(
+            request,
+            client_id=ctx.client_id or "",
+            client_host="/" + ctx.peer.rsplit(":", 1)[0],
+            require_known_member_id=not kafka or ctx.api_version >= KNOWN_MEMBER_ID_VERSION,
+        )
+
+    async def sync_group(self, request: SyncGroupRequest, ctx: RequestContext) -> SyncGroupResponse:
+        return await self._groups.coordinator.sync_group(request)
+
+    async def heartbeat(self, request: HeartbeatRequest, ctx: RequestContext) -> HeartbeatResponse:
+        return await self._groups.coordinator.heartbeat(request)
+
+    async def leave_group(
+        self, request: LeaveGroupRequest, ctx: RequestContext
+    ) -> LeaveGroupResponse:
+        return await self._groups.coordinator.leave_group(request)
+
+    async def offset_commit(
+        self, request: OffsetCommitRequest, ctx: RequestContext
+    ) -> OffsetCommitResponse:
+        return await self._groups.coordinator.offset_commit(request)
+
+    async def offset_fetch(
+        self, request: OffsetFetchRequest, ctx: RequestContext
+    ) -> OffsetFetchResponse:
+        return await self._groups.coordinator.offset_fetch(request)
+
+    async def describe_groups(
+        self, request: DescribeGroupsRequest, ctx: RequestContext
+    ) -> DescribeGroupsResponse:
+        return await self._groups.coordinator.describe_groups(request)
+
+    async def list_groups(
+        self, request: ListGroupsRequest, ctx: RequestContext
+    ) -> ListGroupsResponse:
+        return await self._groups.coordinator.list_groups(request)
+
+    # -- control plane ----------------------------------------------------------------------------
+
+    async def leader_and_isr(
+        self, request: LeaderAndIsrRequest, ctx: RequestContext
+    ) -> LeaderAndIsrResponse:
+        return await self._replica_manager.ask(HandleLeaderAndIsr(request))
+
+    async def stop_replica(
+        self, request: StopReplicaRequest, ctx: RequestContext
+    ) -> StopReplicaResponse:
+        return await self._replica_manager.ask(HandleStopReplica(request))
+
+    async def update_metadata(
+        self, request: UpdateMetadataRequest, ctx: RequestContext
+    ) -> UpdateMetadataResponse:
+        return await self._replica_manager.ask(HandleUpdateMetadata(request))

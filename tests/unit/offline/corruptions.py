@@ -1,0 +1,131 @@
+"""One problem injected into each replica of a copy of the built cluster
+(tests/unit/offline/helpers.py), with the findings `ketch verify` must report for them: kind,
+log dir, partition and offsets. Shared by the Spark test (tests/spark/test_verify.py), which
+runs the whole job, and the driver-side checks without Spark (test_verify_checks.py). It
+edits files under the given root only: no state of its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runtime.log.checkpoints import RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile
+from runtime.log.manager import CLEAN_SHUTDOWN_FILE
+from tests.unit.offline.helpers import (
+    EVENTS,
+    TABLE,
+    BuiltCluster,
+    batches_in,
+    flip_byte,
+    patch_int,
+    replace_batch,
+    segment_paths,
+    truncate_tail,
+    with_changed_value,
+)
+from wire.record_reader import iter_records
+from wire.topic import TopicPartition
+
+Expected = set[tuple[str, str | None, str, int, tuple[int, int] | None]]
+
+
+def _in_partition(root: Path, broker: int, topic: str, partition: int) -> Path:
+    return root / f"broker-{broker}" / f"{topic}-{partition}"
+
+
+def _uncommitted_free(cluster: BuiltCluster, tp: TopicPartition, base: int) -> bool:
+    return base < cluster.high_watermarks[tp]
+
+
+def corrupt(cluster: BuiltCluster, root: Path) -> Expected:
+    """Inject one problem per replica; return the findings they must produce."""
+    expected: Expected = set()
+    b0, b1, b2 = "broker-0", "broker-1", "broker-2"
+
+    # flip a byte in the payload of the third batch of events-0 on broker-1
+    log = segment_paths(_in_partition(root, 1, EVENTS, 0))[0]
+    position, header = batches_in(log)[2]
+    flip_byte(log, position + 100)
+    expected.add(("crc_mismatch", b1, EVENTS, 0, (header.base_offset, header.last_offset)))
+
+    # a valid but different batch below the HW on broker-2 (events-0): a diverged replica
+    tp0 = TopicPartition(EVENTS, 0)
+    log = segment_paths(_in_partition(root, 2, EVENTS, 0))[0]
+    data = log.read_bytes()
+    position, header = next(
+        (p, h) for p, h in batches_in(log)[1:] if h.attributes & 7 == 0 and p > 0
+    )
+    assert _uncommitted_free(cluster, tp0, header.base_offset)
+    batch = data[position : position + header.size_bytes]
+    replace_batch(log, position, with_changed_value(batch, header.base_offset))
+    expected.add(("replica_divergence", b2, EVENTS, 0, (header.base_offset, header.last_offset)))
+
+    # broker-2 is live (no clean-shutdown marker); events-0's recovery point sits at the start
+    # of its last segment, and a byte flipped above it is not judged
+    (root / b2 / CLEAN_SHUTDOWN_FILE).unlink()
+    last_segment = segment_paths(_in_partition(root, 2, EVENTS, 0))[-1]
+    recovery_point = int(last_segment.name.split(".")[0])
+    checkpoint = OffsetCheckpointFile(root / b2 / RECOVERY_POINT_CHECKPOINT)
+    points = checkpoint.read()
+    points[tp0] = recovery_point
+    checkpoint.write(points)
+    flip_byte(last_segment, batches_in(last_segment)[0][0] + 80)
+
+    # truncate the tail of events-1 on broker-2 (its last batch, above the HW, is torn)
+    log = segment_paths(_in_partition(root, 2, EVENTS, 1))[-1]
+    position, header = batches_in(log)[-1]
+    truncate_tail(log, 100)
+    expected.add(("torn_tail", b2, EVENTS, 1, (header.base_offset, header.last_offset)))
+
+    # break the epoch order on broker-1 (events-1): an epoch-3 batch below the HW says 2
+    tp1 = TopicPartition(EVENTS, 1)
+    found = [
+        (log, p, h)
+        for log in segment_paths(_in_partition(root, 1, EVENTS, 1))
+        for p, h in batches_in(log)
+        if h.partition_leader_epoch == 3 and h.last_offset < cluster.high_watermarks[tp1]
+    ]
+    log, position, header = found[len(found) // 2]
+    patch_int(log, position + 12, ">i", 2)
+    offsets = (header.base_offset, header.last_offset)
+    expected |= {
+        ("epoch_decreasing", b1, EVENTS, 1, offsets),
+        ("epoch_checkpoint_mismatch", b1, EVENTS, 1, offsets),
+        ("replica_divergence", b1, EVENTS, 1, offsets),
+    }
+
+    # delete an offset index entry of events-2 on broker-0 (the index zeroes what it drops)
+    log = segment_paths(_in_partition(root, 0, EVENTS, 2))[0]
+    index = log.with_suffix(".index")
+    assert index.stat().st_size >= 3 * 8
+    patch_int(index, 8, ">q", 0)
+    expected.add(("offset_index_order", b0, EVENTS, 2, (0, 0)))
+
+    # point an offset index entry of events-2 on broker-1 one byte past its batch
+    index = segment_paths(_in_partition(root, 1, EVENTS, 2))[0].with_suffix(".index")
+    relative, entry_position = (int.from_bytes(index.read_bytes()[i : i + 4]) for i in (0, 4))
+    patch_int(index, 4, ">i", entry_position + 1)
+    expected.add(("offset_index_entry", b1, EVENTS, 2, (relative, relative)))
+
+    # a gap: the middle segment of events-2 on broker-2 is gone
+    segments = segment_paths(_in_partition(root, 2, EVENTS, 2))
+    assert len(segments) >= 3
+    middle = segments[len(segments) // 2]
+    first = int(middle.name.split(".")[0])
+    last = int(segments[len(segments) // 2 + 1].name.split(".")[0]) - 1
+    for suffix in (".log", ".index", ".timeindex"):
+        middle.with_suffix(suffix).unlink()
+    assert last < cluster.high_watermarks[TopicPartition(EVENTS, 2)]
+    expected |= {
+        ("offset_gap", b2, EVENTS, 2, (first, last)),
+        ("replica_divergence", b2, EVENTS, 2, (first, last)),
+    }
+
+    # the compacted topic: broker-1's latest value of one key differs
+    log = segment_paths(_in_partition(root, 1, TABLE, 0))[-1]
+    position, header = batches_in(log)[-1]
+    batch = log.read_bytes()[position : position + header.size_bytes]
+    latest = {key: offset for key, (offset, value) in cluster.latest_by_key.items() if value}
+    target = next(r for r in iter_records(batch) if r.key in latest and latest[r.key] == r.offset)
+    replace_batch(log, position, with_changed_value(batch, target.offset))
+    expected.add(("replica_record_divergence", None, TABLE, 0, (target.offset, target.offset)))
+    return expected

@@ -1,0 +1,173 @@
+"""One error answer per request type: the request's own topics and partitions, each with the code.
+
+Kafka answers a request it cannot serve (an unexpected exception, a forward that timed out) with
+`AbstractRequest.getErrorResponse`: every topic and partition the request named, each carrying the
+error, so a client handles it exactly as a per-partition failure. `error_response` does the same
+for the native messages; both listeners use it (the Kafka dialect for a failed handler, the
+broker's controller forwarder for a forward that could not be delivered). A request type with no
+per-partition shape gets the top-level `error_code` (and `error_message` where it has one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, Final
+
+from wire.errors import ErrorCode
+from wire.messages import (
+    CreatableTopicResult,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeletableTopicResult,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    DescribeConfigsResult,
+    EpochEndOffset,
+    FetchableTopicResponse,
+    FetchRequest,
+    FetchResponse,
+    FetchResponsePartition,
+    ListOffsetsPartitionResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ListOffsetsTopicResponse,
+    MetadataRequest,
+    MetadataResponse,
+    MetadataResponseTopic,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+    OffsetForLeaderTopicResult,
+    PartitionProduceResponse,
+    ProduceRequest,
+    ProduceResponse,
+    Request,
+    Response,
+    TopicProduceResponse,
+)
+
+
+def error_response(request: Request, code: ErrorCode, message: str | None = None) -> Response:
+    """The answer to `request` with `code` on each of its topics and partitions; `message` goes
+    where the answer has room for one."""
+    builder = _BUILDERS.get(type(request))
+    if builder is not None:
+        return builder(request, code, message)
+    response = type(request).RESPONSE.error_response(code)
+    if message is not None and "error_message" in _field_names(type(response)):
+        response = dataclasses.replace(response, error_message=message)  # type: ignore[call-arg]
+    return response
+
+
+def _field_names(cls: type[Response]) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
+def _produce(request: Any, code: ErrorCode, message: str | None) -> Response:
+    return ProduceResponse(
+        responses=[
+            TopicProduceResponse(
+                name=topic.name,
+                partition_responses=[
+                    PartitionProduceResponse(index=p.index, error_code=code, error_message=message)
+                    for p in topic.partition_data
+                ],
+            )
+            for topic in request.topic_data
+        ]
+    )
+
+
+def _fetch(request: Any, code: ErrorCode, message: str | None) -> Response:
+    return FetchResponse(
+        responses=[
+            FetchableTopicResponse(
+                topic=topic.topic,
+                partitions=[
+                    FetchResponsePartition(partition_index=p.partition, error_code=code)
+                    for p in topic.partitions
+                ],
+            )
+            for topic in request.topics
+        ]
+    )
+
+
+def _list_offsets(request: Any, code: ErrorCode, message: str | None) -> Response:
+    return ListOffsetsResponse(
+        topics=[
+            ListOffsetsTopicResponse(
+                name=topic.name,
+                partitions=[
+                    ListOffsetsPartitionResponse(partition_index=p.partition_index, error_code=code)
+                    for p in topic.partitions
+                ],
+            )
+            for topic in request.topics
+        ]
+    )
+
+
+def _offset_for_leader_epoch(request: Any, code: ErrorCode, message: str | None) -> Response:
+    return OffsetForLeaderEpochResponse(
+        topics=[
+            OffsetForLeaderTopicResult(
+                topic=topic.topic,
+                partitions=[
+                    EpochEndOffset(partition=p.partition, error_code=code) for p in topic.partitions
+                ],
+            )
+            for topic in request.topics
+        ]
+    )
+
+
+def _metadata(request: Any, code: ErrorCode, message: str | None) -> Response:
+    names = [t.name for t in request.topics or () if t.name is not None]
+    return MetadataResponse(topics=[MetadataResponseTopic(name=n, error_code=code) for n in names])
+
+
+def _create_topics(request: Any, code: ErrorCode, message: str | None) -> Response:
+    return CreateTopicsResponse(
+        topics=[
+            CreatableTopicResult(name=t.name, error_code=code, error_message=message)
+            for t in request.topics
+        ]
+    )
+
+
+def _delete_topics(request: Any, code: ErrorCode, message: str | None) -> Response:
+    return DeleteTopicsResponse(
+        responses=[
+            DeletableTopicResult(name=n, error_code=code, error_message=message)
+            for n in request.topic_names
+        ]
+    )
+
+
+def _describe_configs(request: Any, code: ErrorCode, message: str | None) -> Response:
+    return DescribeConfigsResponse(
+        results=[
+            DescribeConfigsResult(
+                error_code=code,
+                error_message=message,
+                resource_type=r.resource_type,
+                resource_name=r.resource_name,
+            )
+            for r in request.resources
+        ]
+    )
+
+
+_BUILDERS: Final[dict[type[Request], Callable[[Any, ErrorCode, str | None], Response]]] = {
+    ProduceRequest: _produce,
+    FetchRequest: _fetch,
+    ListOffsetsRequest: _list_offsets,
+    OffsetForLeaderEpochRequest: _offset_for_leader_epoch,
+    MetadataRequest: _metadata,
+    CreateTopicsRequest: _create_topics,
+    DeleteTopicsRequest: _delete_topics,
+    DescribeConfigsRequest: _describe_configs,
+}
