@@ -6,13 +6,15 @@ does (seed 000, "updateCache"):
 * a request from an older controller (lower controller epoch than the last one applied) is
   refused with `StaleControllerEpochError`, which the ReplicaManager answers
   STALE_CONTROLLER_EPOCH, and changes nothing;
-* the alive brokers and their endpoints are replaced whole by the request's list;
+* the alive brokers, their endpoints and whether each is in controlled shutdown are replaced
+  whole by the request's list;
 * each partition state is stored, replacing the previous one, except that leader -2 (Kafka's
   LeaderDuringDelete) removes the partition (and its topic once it has none left); the removed
   partitions are returned, so the owner can drop what it keeps for them.
 
-It answers what Metadata requests, replica fetchers (the leader's endpoint) and ISR expansion
-(KIP-841: only alive brokers may join an ISR) need to know.
+It answers what Metadata requests, replica fetchers (the leader's endpoint) and a leader's ISR
+rules (KIP-841: only alive brokers not in controlled shutdown may join an ISR or hold back the high
+watermark from outside it) need to know.
 
 Ownership and why no lock: the ReplicaManager actor owns the cache and calls `update` only from
 its handlers, so one task mutates it. Every update builds a new `MetadataSnapshot` and publishes
@@ -77,6 +79,8 @@ class AliveBroker:
     broker_id: int
     endpoints: tuple[BrokerEndpoint, ...]
     rack: str | None = None
+    # Moving its leadership away before it stops (KIP-841): alive, but no ISR candidate.
+    in_controlled_shutdown: bool = False
 
     def endpoint(self, listener: str) -> BrokerEndpoint | None:
         for endpoint in self.endpoints:
@@ -141,8 +145,16 @@ class MetadataSnapshot:
         return frozenset(self.brokers)
 
     def is_broker_alive(self, broker_id: int) -> bool:
-        """Whether the controller lists the broker as alive (KIP-841: ISR candidates must be)."""
+        """Whether the controller lists the broker as alive."""
         return broker_id in self.brokers
+
+    def is_replica_eligible(self, broker_id: int) -> bool:
+        """KIP-841: whether a replica on this broker may join an ISR (or, caught up outside it,
+        hold back the high watermark): alive and not in controlled shutdown. The controller
+        refuses an expansion to any other (INELIGIBLE_REPLICA), so a leader that proposed one
+        would only be refused again on every fetch."""
+        broker = self.brokers.get(broker_id)
+        return broker is not None and not broker.in_controlled_shutdown
 
     def endpoint(self, broker_id: int, listener: str = DEFAULT_LISTENER) -> BrokerEndpoint | None:
         """Where to reach an alive broker on `listener`; None if dead or not listening there."""
@@ -305,6 +317,7 @@ class MetadataCache:
                     for ep in broker.endpoints
                 ),
                 rack=broker.rack,
+                in_controlled_shutdown=broker.in_controlled_shutdown,
             )
             for broker in request.live_brokers
         }

@@ -15,6 +15,7 @@ from runtime.log.offsets import LogOffsetMetadata
 from wire.topic import TopicPartition
 
 NO_LEADER = -1
+NO_LEADERSHIP = 0  # PartitionView.leadership of a replica that has not led yet
 
 
 class Role(enum.Enum):
@@ -23,7 +24,12 @@ class Role(enum.Enum):
     NONE = "none"  # created, no LeaderAndIsr applied yet
     LEADER = "leader"
     FOLLOWER = "follower"
-    OFFLINE = "offline"  # its log failed or it was stopped; serves nothing
+    # Its actor was stopped (StopReplica, or the broker stopping) while the log stays on disk:
+    # still hosted, so requests get NOT_LEADER_OR_FOLLOWER rather than UNKNOWN_TOPIC_OR_PARTITION
+    # (Kafka keeps such a partition in allPartitions); a later LeaderAndIsr hosts it again with a
+    # new actor.
+    STOPPED = "stopped"
+    OFFLINE = "offline"  # its log failed; serves nothing (KAFKA_STORAGE_ERROR)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +55,13 @@ class PartitionView:
     # The largest epoch in this replica's leader-epoch cache (-1 when empty): where a follower's
     # truncation by epoch starts (KIP-101/279).
     latest_epoch: int = -1
+    # Which leadership of this broker the view belongs to: a new value each time the replica
+    # becomes leader from another role, unique among all partition actors of the process (so a
+    # replacement actor never repeats its predecessor's); unchanged by a leader-epoch bump while
+    # it stays leader. NO_LEADERSHIP until it first leads. A waiting acks=all produce compares it
+    # with the one it appended under: a broker deposed and re-elected meanwhile may have
+    # truncated the batch (actors/replication/delayed_produce.py).
+    leadership: int = NO_LEADERSHIP
 
     @property
     def is_leader(self) -> bool:

@@ -12,7 +12,7 @@ what an older record said.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, ClassVar, Final, NamedTuple, TypeAlias
 
@@ -47,9 +47,13 @@ class RegisterBrokerRecord:
     endpoints: tuple[Endpoint, ...]
     rack: str | None
     fenced: bool = True
+    # The ids of the broker's log directories (meta.properties) when it registered; empty for a
+    # broker that sent none. A new process on the same directories registers the same ids.
+    log_dirs: tuple[bytes, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "endpoints", tuple(Endpoint(*e) for e in self.endpoints))
+        object.__setattr__(self, "log_dirs", tuple(self.log_dirs))
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +190,10 @@ def _decode_ints(value: Any) -> tuple[int, ...]:
     return tuple(_decode_int(v) for v in _expect(value, (list, tuple), "int list"))
 
 
+def _decode_bytes_list(value: Any) -> tuple[bytes, ...]:
+    return tuple(_decode_bytes(v) for v in _expect(value, (list, tuple), "bytes list"))
+
+
 def _decode_endpoints(value: Any) -> tuple[Endpoint, ...]:
     endpoints = []
     for item in _expect(value, (list, tuple), "endpoint list"):
@@ -216,6 +224,7 @@ _CODECS: Final[Mapping[str, _Codec]] = {
     "endpoints": (_as_list, _decode_endpoints),
     "rack": (_same, _decode_optional_str),
     "fenced": (_same, _decode_bool),
+    "log_dirs": (list, _decode_bytes_list),
     "name": (_same, _decode_str),
     "topic_id": (_same, _decode_bytes),
     "configs": (dict, _decode_configs),
@@ -243,13 +252,15 @@ def decode_record(data: Mapping[str, Any]) -> Record:
     cls = _BY_TYPE.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise ValueError(f"unknown metadata record type {kind!r}")
-    names = {f.name for f in fields(cls)}
-    extra = set(data) - names - {"type"}
+    specs = {f.name: f for f in fields(cls)}
+    extra = set(data) - set(specs) - {"type"}
     if extra:
         raise ValueError(f"{kind} record has unknown fields {sorted(extra)}")
     values: dict[str, Any] = {}
-    for name in names:
+    for name, spec in specs.items():
         if name not in data:
+            if spec.default is not MISSING or spec.default_factory is not MISSING:
+                continue  # a field added later: records written before it take its default
             raise ValueError(f"{kind} record lacks field {name!r}")
         try:
             values[name] = _CODECS[name][1](data[name])

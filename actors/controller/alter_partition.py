@@ -6,7 +6,12 @@ A request from an unknown broker or an earlier incarnation is refused whole
 - the topic exists and is not being deleted (UNKNOWN_TOPIC_OR_PARTITION);
 - the sender leads the partition (NOT_LEADER_OR_FOLLOWER);
 - the leader epoch and the partition epoch are the current ones (FENCED_LEADER_EPOCH,
-  INVALID_UPDATE_VERSION): a proposal based on an older state of the partition is refused;
+  INVALID_UPDATE_VERSION): a proposal based on an older state of the partition is refused —
+  unless it is a repeat of the change that made the current state (`is_applied_repeat`: same
+  leader, leader epoch and ISR, an older partition epoch; Kafka's
+  LeaderAndIsr.equalsAllowStalePartitionEpoch). The broker's AlterPartition manager resends a
+  batch whose answer was lost; refusing the repeat would leave its leader waiting for a state
+  it already has, so the repeat is answered with the current state and nothing is written;
 - the new ISR is non-empty, without duplicates, within the replicas and contains the sender
   (INVALID_REQUEST);
 - every replica joining the ISR is eligible — live and not shutting down (INELIGIBLE_REPLICA,
@@ -15,6 +20,12 @@ A request from an unknown broker or an earlier incarnation is refused whole
 An accepted ISR that differs from the current one is committed with a new partition epoch; the
 leader epoch stays (the leader itself proposed it). The answer carries the partition's state as
 committed; the leader learns the result from it, the other brokers from UpdateMetadata.
+
+A leader refused because its view is behind (INVALID_UPDATE_VERSION, or FENCED_LEADER_EPOCH
+while it still leads under a newer epoch) keeps its proposal pending until a LeaderAndIsr tells
+it the committed state; ketch pushes metadata rather than letting brokers read a metadata log as
+KRaft does, so that LeaderAndIsr is sent to it at once (`is_behind`), not left to some later
+event.
 
 State: none of its own; it works on the controller actor's (actors/controller/context.py), from
 the actor's AlterPartition handler.
@@ -43,6 +54,7 @@ async def alter_partition(
         return AlterPartitionResponse(error_code=ErrorCode.STALE_BROKER_EPOCH)
     eligible = ctx.sessions.eligible()
     change = Change(ctx.model)
+    outbox = Outbox()
     answers: list[tuple[str, bytes, list[AlterPartitionPartitionResult]]] = []
     for topic_data in request.topics:
         topic = ctx.model.topic_by_name(topic_data.topic_name)
@@ -66,9 +78,11 @@ async def alter_partition(
             )
             if error is not None:
                 results.append(_refused(data.partition_index, error))
+                if is_behind(request.broker_id, p, data.leader_epoch, error):
+                    outbox.refresh(request.broker_id, ctx.model.topic_partition(p))
                 continue
             if tuple(data.new_isr) != p.isr:
-                p = change.move(p, isr=list(data.new_isr), bump_leader_epoch=False)
+                p = change.move(p, isr=list(data.new_isr))
             results.append(
                 AlterPartitionPartitionResult(
                     partition_index=p.partition,
@@ -83,7 +97,6 @@ async def alter_partition(
         )
     await ctx.journal.commit(change)
     # The leader learns the result from the answer; the other brokers from UpdateMetadata.
-    outbox = Outbox()
     for p in change.changed_partitions():
         outbox.metadata.add(ctx.model.topic_partition(p))
     ctx.sender.flush(outbox)
@@ -108,7 +121,9 @@ def check_alter(
         return ErrorCode.NOT_LEADER_OR_FOLLOWER
     if leader_epoch != p.leader_epoch:
         return ErrorCode.FENCED_LEADER_EPOCH
-    if partition_epoch != p.partition_epoch:
+    if partition_epoch != p.partition_epoch and not is_applied_repeat(
+        p, sender, leader_epoch, partition_epoch, new_isr
+    ):
         return ErrorCode.INVALID_UPDATE_VERSION
     if (
         not new_isr
@@ -121,6 +136,34 @@ def check_alter(
     if not joining <= eligible:
         return ErrorCode.INELIGIBLE_REPLICA
     return None
+
+
+def is_applied_repeat(
+    p: PartitionRecord, sender: int, leader_epoch: int, partition_epoch: int, new_isr: list[int]
+) -> bool:
+    """Whether a proposal from an older partition epoch asks for exactly the current state: the
+    repeat of a change already applied, whose answer the leader did not get. ISRs compare in
+    order, as Kafka's equalsAllowStalePartitionEpoch compares them; a resend is the same
+    proposal, and the controller commits a proposed ISR as given."""
+    return (
+        sender == p.leader
+        and leader_epoch == p.leader_epoch
+        and partition_epoch < p.partition_epoch
+        and tuple(new_isr) == p.isr
+    )
+
+
+def is_behind(sender: int, p: PartitionRecord, leader_epoch: int, error: ErrorCode) -> bool:
+    """Whether a refusal says the sender, still the partition's leader, has an outdated view of
+    it — the case where it waits for a LeaderAndIsr with the committed state."""
+    if error is ErrorCode.INVALID_UPDATE_VERSION:
+        return True  # the sender leads under the current leader epoch (checked before)
+    # A leader epoch newer than the controller's is no view to correct.
+    return (
+        error is ErrorCode.FENCED_LEADER_EPOCH
+        and sender == p.leader
+        and (leader_epoch < p.leader_epoch)
+    )
 
 
 def _refused(partition: int, error: ErrorCode) -> AlterPartitionPartitionResult:

@@ -6,7 +6,8 @@ concern, as KRaft splits its QuorumController into control managers: broker live
 shutdown (shutdown.py), topic creation and deletion (topic_creation.py, topic_deletion.py) and
 producer ids (producer_ids.py). Those modules are functions, not actors: each takes this context
 and works on the state it names — the durable model and the journal that writes it, the
-partition and replica state machines, the liveness table, and the request sender.
+partition and replica state machines, the liveness table, the request sender, and the alarms
+that retry failed replica deletions.
 
 Owner: the controller actor builds the one context in its constructor and passes it to the
 managers only from its own handlers, one message at a time, which is what makes every piece of
@@ -18,6 +19,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from actors.controller.deletion_retries import DeletionRetries
 from actors.controller.journal import MetadataJournal
 from actors.controller.messages import ControllerConfig
 from actors.controller.model import ControllerModel
@@ -39,4 +41,5 @@ class ControllerContext:
     replica_states: ReplicaStates
     sessions: BrokerSessions  # in memory: rebuilt from the model on restart
     sender: RequestSender
+    deletion_retries: DeletionRetries  # in memory: a restart resends every deletion anyway
     unclean_elections: int = 0  # since this controller started, for `ketch cluster status`

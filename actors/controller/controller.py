@@ -26,26 +26,30 @@ managers split its controller —
     alter_partition.py AlterPartition and its checks (KIP-497, KIP-841)
     shutdown.py        controlled shutdown
     topic_creation.py  CreateTopics (the pure rules: topics.py)
-    topic_deletion.py  DeleteTopics, replica deletion, StopReplica answers
+    topic_deletion.py  DeleteTopics, replica deletion, StopReplica answers, and retrying
+                       a live broker's failed deletion (when: deletion_retries.py)
     producer_ids.py    AllocateProducerIds (KIP-730)
     outbox.py          request sending (requests.py builds the per-partition states)
 
 They are functions of the actor's state, gathered in one `ControllerContext`
 (actors/controller/context.py), not actors of their own.
 
-Epochs (DESIGN.md): the leader epoch grows whenever the controller changes a partition's leader
-or itself removes replicas from its ISR; the partition epoch with every change of the partition;
+Epochs (DESIGN.md): the leader epoch grows whenever a partition's leader changes or its replica
+set loses a member, never for an ISR change alone (KAFKA-15021; the rule is `leader_epoch_moves`
+in actors/controller/journal.py); the partition epoch with every change of the partition;
 each registration gets a new broker epoch, which the requests to that broker carry. A restarted
 controller replays the log and writes a higher controller epoch, so brokers fence the requests
 of its predecessor.
 
 Ownership and why no lock: the model, the state machines, the liveness table and the request
 channels' membership are touched only by this actor's handlers, one message at a time. The
-timers only `tell` it ticks; the channels report StopReplica answers back as messages.
+timers only `tell` it ticks; the channels report StopReplica answers back as messages, and the
+deletion retries' alarms tell it when to resend, never dropped (`_tell_soon`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
@@ -61,6 +65,7 @@ from actors.controller import (
     topic_deletion,
 )
 from actors.controller.context import ControllerContext
+from actors.controller.deletion_retries import DeletionRetries
 from actors.controller.journal import Change, MetadataJournal, MetadataStore
 from actors.controller.messages import (
     AllocateProducerIds,
@@ -75,6 +80,7 @@ from actors.controller.messages import (
     Heartbeat,
     RebalanceTick,
     RegisterBroker,
+    RetryReplicaDeletion,
     SessionTick,
     StopReplicaDone,
 )
@@ -127,11 +133,14 @@ class ControllerActor(Actor):
         self.partition_states = PartitionStates()
         self.replica_states = ReplicaStates()
         sessions = BrokerSessions()
+        rng = rng if rng is not None else random.Random()
+        # Answers and alarms that tell this actor from outside its task; see `_tell_soon`.
+        self._telling: set[asyncio.Task[None]] = set()
         self._ctx = ControllerContext(
             name=self.name,
             config=config,
             clock=self.clock,
-            rng=rng if rng is not None else random.Random(),
+            rng=rng,
             model=self.model,
             journal=MetadataJournal(
                 self.name, store, self.model, snapshot_records=config.metadata_snapshot_records
@@ -140,8 +149,9 @@ class ControllerActor(Actor):
             replica_states=self.replica_states,
             sessions=sessions,
             sender=RequestSender(
-                self.name, config.controller_id, self.model, sessions, channels, self.try_tell
+                self.name, config.controller_id, self.model, sessions, channels, self._tell_soon
             ),
+            deletion_retries=DeletionRetries(self.clock, rng, self._tell_soon),
         )
 
     @property
@@ -172,10 +182,33 @@ class ControllerActor(Actor):
                 functools.partial(self._tick, RebalanceTick()),
             )
 
+    async def on_stop(self) -> None:
+        self._ctx.deletion_retries.close()
+        for task in list(self._telling):
+            task.cancel()
+
     def _tick(self, tick: SessionTick | RebalanceTick) -> None:
         with contextlib.suppress(MailboxFull, MailboxClosed):
             # A full mailbox skips a tick; the next one comes soon enough.
             self.try_tell(tick)
+
+    def _tell_soon(self, message: StopReplicaDone | RetryReplicaDeletion) -> None:
+        """Tell this actor an event from outside its task (a channel's answer, an alarm)
+        without blocking the caller and without dropping it: unlike a tick, no later message
+        repeats it, and losing it would stall a topic's deletion. A full mailbox gets it from
+        a task that waits for room; a closed one (stopping) does not need it."""
+        try:
+            self.try_tell(message)
+        except MailboxClosed:
+            return
+        except MailboxFull:
+            task = asyncio.get_running_loop().create_task(self._tell_later(message))
+            self._telling.add(task)
+            task.add_done_callback(self._telling.discard)
+
+    async def _tell_later(self, message: StopReplicaDone | RetryReplicaDeletion) -> None:
+        with contextlib.suppress(MailboxClosed):
+            await self.tell(message)
 
     # -- broker liveness (liveness.py) ------------------------------------------------------------
 
@@ -230,6 +263,10 @@ class ControllerActor(Actor):
     @handles(StopReplicaDone)
     async def _stop_replica_done(self, message: StopReplicaDone) -> None:
         await topic_deletion.stop_replica_done(self._ctx, message)
+
+    @handles(RetryReplicaDeletion)
+    async def _retry_replica_deletion(self, message: RetryReplicaDeletion) -> None:
+        await topic_deletion.retry_replica_deletion(self._ctx, message)
 
     # -- status -----------------------------------------------------------------------------------
 

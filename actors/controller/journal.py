@@ -4,8 +4,10 @@ model only then, so nothing is acted on that a restart could forget.
 
 A `Change` reads its own pending partition records first, so several steps of one event (elect,
 then shrink ISRs) compose, and it moves a partition's epochs once per event however many steps
-touched it. The journal also replays the log into the model at startup and cuts a snapshot (the
-few records that rebuild the model) every `metadata_snapshot_records` records.
+touched it. Which changes start a new leader epoch is decided here, in one place
+(`leader_epoch_moves`): a new leader or a lost replica does, an ISR change alone does not.
+The journal also replays the log into the model at startup and cuts a snapshot (the few records
+that rebuild the model) every `metadata_snapshot_records` records.
 
 Owner: the controller actor (actors/controller/controller.py). A `Change` lives for one event's
 handler; the journal, and the model it applies records to, belong to the actor and are used only
@@ -37,6 +39,16 @@ class MetadataStore(Protocol):
     async def snapshot(self, records: list[dict[str, object]], last_offset: int) -> None: ...
 
 
+def leader_epoch_moves(before: PartitionRecord, after: PartitionRecord) -> bool:
+    """Whether going from `before` to `after` starts a new leader epoch: when the leader changes
+    (to another broker or to none) or the replica set loses a member. An ISR change alone, even
+    one the controller makes on broker failure or controlled shutdown, does not (KRaft since
+    metadata version 3.6, KAFKA-15021): the leader goes on leading, its followers go on fetching
+    under the epoch they know, and writes waiting for acks=all are not failed for nothing. The
+    one rule for every change the controller writes (DESIGN.md, Epochs)."""
+    return after.leader != before.leader or not set(before.replicas) <= set(after.replicas)
+
+
 class Change:
     """The records one event will commit; partition lookups see the pending ones first."""
 
@@ -60,10 +72,11 @@ class Change:
         *,
         leader: int | None = None,
         isr: Sequence[int] | None = None,
-        bump_leader_epoch: bool = True,
     ) -> PartitionRecord:
-        """A new state for the partition (leader/ISR changed by the controller), based on its
-        pending state within this event: both epochs move on."""
+        """A new state for the partition (leader and/or ISR changed), based on its pending state
+        within this event. The partition epoch moves on; the leader epoch only as
+        `leader_epoch_moves` says, judged against the committed state, so each epoch moves at
+        most once per event however many steps touched the partition."""
         current = self.partition(p)
         base = self._model.partition(p.topic_id, p.partition)
         assert base is not None, p
@@ -71,8 +84,10 @@ class Change:
             current,
             leader=current.leader if leader is None else leader,
             isr=tuple(current.isr if isr is None else isr),
-            # One bump per event, however many steps touched the partition.
-            leader_epoch=base.leader_epoch + 1 if bump_leader_epoch else current.leader_epoch,
+        )
+        changed = replace(
+            changed,
+            leader_epoch=base.leader_epoch + (1 if leader_epoch_moves(base, changed) else 0),
             partition_epoch=base.partition_epoch + 1,
         )
         self.add(changed)

@@ -6,7 +6,15 @@ ZooKeeper's part is played by registration and heartbeats: a registered broker i
 misses heartbeats for broker.session.timeout.ms (then it is fenced: onBrokerFailure) or asks to
 be fenced at the end of its controlled shutdown (actors/controller/shutdown.py). A registration
 from a new process of a live broker id is refused (DUPLICATE_BROKER_REGISTRATION) until the old
-one's session ends — unless the old one shut down in a controlled way, when it is fenced first.
+one's session ends — unless the old one is known to be gone, when it is fenced first, so that it
+leaves every ISR and leadership (onBrokerFailure) before the new one registers and can only
+rejoin an ISR by catching up:
+  - it shut down in a controlled way; or
+  - the new process holds the same log directories (the same directory ids as the registered
+    incarnation, from their meta.properties). A directory is locked by the process using it, so
+    the old process cannot still be writing them: it died (a kill -9 and a quick restart, as
+    `ketch up` does in half a second). Kafka waits out the session here, stalling every acks=all
+    write the dead incarnation's ISR membership holds back; ketch need not.
 Each registration gets a new broker epoch, which the requests to that broker carry; a heartbeat
 with another epoch, or from a fenced broker, is told to register again.
 
@@ -15,7 +23,8 @@ with another epoch, or from a fenced broker, is told to register again.
   state (a FULL LeaderAndIsr) and every broker UpdateMetadata, and deletions waiting on it go on.
 - Failure (`fence` then `on_broker_failure`): the fence is written first; the partitions the
   broker led go Offline and get a leader where one is electable; it leaves the other ISRs
-  (never emptying one); its replicas go Offline (or wait for deletion).
+  (never emptying one; a new partition epoch, the leader epoch stays as the leader does:
+  KAFKA-15021); its replicas go Offline (or wait for deletion).
 
 The sessions themselves (who is live, last heard from when, who is shutting down) are the
 in-memory table of actors/controller/sessions.py.
@@ -67,21 +76,35 @@ async def register(
             # A retried registration of the same process: the same answer.
             ctx.sessions.heard_from(broker_id, ctx.clock.monotonic_ms())
             return BrokerRegistrationResponse(broker_epoch=existing.broker_epoch)
-        if not ctx.sessions.is_shutting_down(broker_id):
+        same_dirs = bool(existing.log_dirs) and tuple(request.log_dirs) == existing.log_dirs
+        if not (ctx.sessions.is_shutting_down(broker_id) or same_dirs):
             log.warning(
                 "%s: broker %d registering again while its session is alive: refused",
                 ctx.name,
                 broker_id,
             )
             return BrokerRegistrationResponse(error_code=ErrorCode.DUPLICATE_BROKER_REGISTRATION)
-        # It shut down in a controlled way and restarted before its session ended.
+        # It shut down in a controlled way, or a new process holds its directories: the old
+        # incarnation is gone, and is fenced at once.
+        if same_dirs:
+            log.info(
+                "%s: broker %d restarted on the same log dirs: its previous incarnation fenced",
+                ctx.name,
+                broker_id,
+            )
         await fence(ctx, [broker_id])
     epoch = ctx.model.next_broker_epoch()
     endpoints = tuple(Endpoint(lst.name, lst.host, lst.port) for lst in request.listeners)
     change = Change(ctx.model)
     change.add(
         RegisterBrokerRecord(
-            broker_id, request.incarnation_id, epoch, endpoints, request.rack, fenced=False
+            broker_id,
+            request.incarnation_id,
+            epoch,
+            endpoints,
+            request.rack,
+            fenced=False,
+            log_dirs=tuple(request.log_dirs),
         )
     )
     await ctx.journal.commit(change)
@@ -130,6 +153,8 @@ async def fence(ctx: ControllerContext, dead: list[int]) -> None:
         change.add(FenceBrokerRecord(broker_id, broker.broker_epoch))
         ctx.sessions.close(broker_id)
         ctx.sender.remove_broker(broker_id)
+        # Its failed deletions wait for its next registration, as its other deletions do.
+        ctx.deletion_retries.forget(broker_id)
     await on_broker_failure(ctx, dead, change)
 
 
@@ -142,6 +167,7 @@ async def on_broker_startup(ctx: ControllerContext, new: list[int]) -> None:
         ctx.sessions.open(broker_id, now)
         ctx.sender.remove_broker(broker_id)  # a previous incarnation's channel
         ctx.sender.add_broker(broker_id)
+        ctx.deletion_retries.forget(broker_id)  # `resume_deletions` below resends them
     outbox = Outbox(metadata_everything=True)
     change = Change(ctx.model)
     for broker_id in new:

@@ -31,6 +31,7 @@ from wire.messages import (
     DeleteTopicsResponse,
     Response,
 )
+from wire.topic import TopicPartition
 
 DEFAULT_CONTROLLER_ID: Final = 3_000
 
@@ -165,9 +166,21 @@ class RebalanceTick:
 
 @dataclass(frozen=True, slots=True)
 class StopReplicaDone:
-    """A broker answered a StopReplica(delete) the controller sent (or gave up on it)."""
+    """A broker answered a StopReplica(delete) the controller sent (or gave up on it).
+    `partitions`: those the request deleted, so an answer refused whole (an error response
+    lists no partitions) still reaches each of them."""
 
     broker_id: int
     broker_epoch: int
     response: Response | None
     attempts: int
+    partitions: tuple[TopicPartition, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RetryReplicaDeletion:
+    """Time to send a live broker the StopReplica(delete) it failed again
+    (actors/controller/deletion_retries.py)."""
+
+    broker_id: int
+    broker_epoch: int

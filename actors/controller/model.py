@@ -64,6 +64,7 @@ class BrokerRegistration:
     endpoints: tuple[Endpoint, ...]
     rack: str | None
     fenced: bool
+    log_dirs: tuple[bytes, ...] = ()  # its log directories' ids (empty: it sent none)
 
 
 def is_valid_topic_id(topic_id: bytes) -> bool:
@@ -151,6 +152,7 @@ class ControllerModel:
             record.endpoints,
             record.rack,
             record.fenced,
+            record.log_dirs,
         )
         self._max_broker_epoch = record.broker_epoch
 
@@ -212,7 +214,13 @@ class ControllerModel:
         for b in sorted(self._brokers.values(), key=lambda b: b.broker_epoch):
             records.append(
                 RegisterBrokerRecord(
-                    b.broker_id, b.incarnation_id, b.broker_epoch, b.endpoints, b.rack, b.fenced
+                    b.broker_id,
+                    b.incarnation_id,
+                    b.broker_epoch,
+                    b.endpoints,
+                    b.rack,
+                    b.fenced,
+                    b.log_dirs,
                 )
             )
         for topic in self.topics():

@@ -86,6 +86,12 @@ class Outbox:
             self.leader_and_isr.setdefault(broker, {})[tp] = is_new
         self.metadata.add(tp)
 
+    def refresh(self, broker: int, tp: TopicPartition) -> None:
+        """LeaderAndIsr with the partition's current state to one broker whose view of it is
+        behind (a refused AlterPartition); the other brokers are up to date, so no
+        UpdateMetadata."""
+        self.leader_and_isr.setdefault(broker, {}).setdefault(tp, False)
+
     def stop(self, broker: int, tp: TopicPartition, *, delete: bool) -> None:
         self.stop_replica.setdefault(broker, {})[tp] = delete
 
@@ -107,7 +113,7 @@ class RequestSender:
         self._model = model
         self._sessions = sessions
         self._channels = channels
-        self._tell = tell  # the actor's try_tell: channel answers come back as messages
+        self._tell = tell  # the actor's: channel answers come back as messages
 
     # -- channels ---------------------------------------------------------------------------------
 
@@ -181,7 +187,7 @@ class RequestSender:
                 p for tp in outbox.metadata if (p := model.partition_by_name(tp)) is not None
             ]
         states = [update_metadata_state(model, p, live) for p in partitions]
-        brokers = live_broker_entries(model, live)
+        brokers = live_broker_entries(model, live, self._sessions.shutting_down())
         configs = topic_configs(model, (s.topic_name for s in states))
         for broker_id in sorted(live):
             broker = model.broker(broker_id)
@@ -220,12 +226,22 @@ class RequestSender:
                         for tp, delete in sorted(stops.items())
                     ],
                 ),
-                self._deletion_callback(broker_id, broker.broker_epoch) if deleting else None,
+                (
+                    self._deletion_callback(
+                        broker_id,
+                        broker.broker_epoch,
+                        tuple(tp for tp, delete in sorted(stops.items()) if delete),
+                    )
+                    if deleting
+                    else None
+                ),
             )
 
-    def _deletion_callback(self, broker_id: int, broker_epoch: int) -> ResponseCallback:
+    def _deletion_callback(
+        self, broker_id: int, broker_epoch: int, partitions: tuple[TopicPartition, ...]
+    ) -> ResponseCallback:
         def done(response: Response | None, attempts: int) -> None:
             with contextlib.suppress(Exception):
-                self._tell(StopReplicaDone(broker_id, broker_epoch, response, attempts))
+                self._tell(StopReplicaDone(broker_id, broker_epoch, response, attempts, partitions))
 
         return done

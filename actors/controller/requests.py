@@ -4,6 +4,8 @@ partition states, the live-broker list, live leaders and topic configs.
 Pure functions of the model (and of the controller's liveness sets), so the actor only decides
 *which* partitions and brokers a request is for. A topic queued for deletion is announced with
 leader -2 (Kafka's LeaderDuringDelete): brokers stop serving it before its replicas are deleted.
+A live broker in controlled shutdown is listed with `in_controlled_shutdown` (KIP-841, KRaft's
+BrokerRegistration.inControlledShutdown), in every UpdateMetadata.
 """
 
 from __future__ import annotations
@@ -65,7 +67,12 @@ def update_metadata_state(
     )
 
 
-def live_broker_entries(model: ControllerModel, live: Iterable[int]) -> list[UpdateMetadataBroker]:
+def live_broker_entries(
+    model: ControllerModel, live: Iterable[int], shutting_down: Collection[int]
+) -> list[UpdateMetadataBroker]:
+    """The live brokers, each flagged when it is in controlled shutdown: a leader reading the flag
+    stops proposing that broker for its ISR at once (KIP-841), rather than proposing it on every
+    fetch for the controller to refuse."""
     entries = []
     for broker_id in sorted(live):
         broker = model.broker(broker_id)
@@ -78,6 +85,7 @@ def live_broker_entries(model: ControllerModel, live: Iterable[int]) -> list[Upd
                     for e in broker.endpoints
                 ],
                 rack=broker.rack,
+                in_controlled_shutdown=broker_id in shutting_down,
             )
         )
     return entries

@@ -2,12 +2,15 @@
 
 A live broker about to stop sends ControlledShutdown. From then on it is shutting down: no
 longer eligible to lead or to join an ISR (the liveness table, actors/controller/sessions.py).
-For each partition it hosts with another replica:
+Every live broker is sent UpdateMetadata at once, listing it `in_controlled_shutdown`
+(actors/controller/requests.py), so leaders stop proposing it for their ISRs rather than have
+the controller refuse each proposal (KIP-841). For each partition it hosts with another replica:
 
 - one it leads moves to the first other live, in-sync replica not shutting down
   (`controlled_shutdown_election`, actors/controller/election.py); with none, it stays;
 - one it follows is stopped on it (StopReplica without delete) and it leaves the ISR (never
-  emptying it).
+  emptying it) — a new partition epoch, not a new leader epoch: the leader stays
+  (actors/controller/journal.py, `leader_epoch_moves`).
 
 The answer lists the partitions it still leads that another replica could take over
 (`still_led_by`); the broker retries until none are left. Its heartbeats then ask to be shut
@@ -51,6 +54,7 @@ async def controlled_shutdown(
     eligible = ctx.sessions.eligible()
     shutting_down = ctx.sessions.shutting_down()
     change = Change(ctx.model)
+    # Everything, to every live broker: the broker list now flags this one as shutting down.
     outbox = Outbox(metadata_everything=True)
     followed: list[ReplicaKey] = []
     for p in ctx.model.partitions_hosted_on(broker_id):

@@ -8,14 +8,20 @@ forgetting a topic once every replica is gone.
    a dead broker waits as ReplicaDeletionIneligible and is retried when its broker registers
    again (`resume_deletions`, also run when the controller restarts).
 3. The brokers' answers come back as `StopReplicaDone` messages: success moves a replica to
-   ReplicaDeletionSuccessful, an error to ReplicaDeletionIneligible. An answer from an earlier
-   incarnation of the broker is ignored (the new one gets its own request).
-4. A topic whose every replica succeeded is removed (a RemoveTopicRecord) and its partitions and
+   ReplicaDeletionSuccessful, an error to ReplicaDeletionIneligible — also a request refused
+   whole, whose answer lists no partitions. An answer from an earlier incarnation of the broker
+   is ignored (the new one gets its own request).
+4. A live broker that failed a deletion gets it again after a backoff
+   (actors/controller/deletion_retries.py decides when; `retry_replica_deletion` resends), until
+   it succeeds or the broker dies — then step 2's re-registration takes over. Without this, a
+   failed deletion on a broker that stays up would wait for its next registration or a
+   controller restart.
+5. A topic whose every replica succeeded is removed (a RemoveTopicRecord) and its partitions and
    replicas leave the state machines.
 
 State: the queue of deletions is durable in the model (actors/controller/model.py); the replica
-states are the controller actor's in-memory state machine. Both are changed only from the
-actor's handlers (actors/controller/context.py).
+states are the controller actor's in-memory state machine, and so are the retries' alarms. All
+are changed only from the actor's handlers (actors/controller/context.py).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from collections.abc import Iterable
 from actors.controller.channel import applied_code
 from actors.controller.context import ControllerContext
 from actors.controller.journal import Change
-from actors.controller.messages import StopReplicaDone
+from actors.controller.messages import RetryReplicaDeletion, StopReplicaDone
 from actors.controller.outbox import Outbox
 from actors.controller.states import PartitionState, ReplicaKey, ReplicaState
 from wire.errors import ErrorCode
@@ -103,7 +109,8 @@ async def resume_deletions(ctx: ControllerContext, brokers: Iterable[int]) -> No
 
 
 async def stop_replica_done(ctx: ControllerContext, message: StopReplicaDone) -> None:
-    broker = ctx.model.broker(message.broker_id)
+    broker_id = message.broker_id
+    broker = ctx.model.broker(broker_id)
     if broker is None or broker.broker_epoch != message.broker_epoch:
         return  # answered by an earlier incarnation; the new one gets its own request
     response = message.response
@@ -113,9 +120,16 @@ async def stop_replica_done(ctx: ControllerContext, message: StopReplicaDone) ->
     if not isinstance(response, StopReplicaResponse):
         return
     for entry in response.partition_errors:
-        key = ReplicaKey(TopicPartition(entry.topic_name, entry.partition_index), message.broker_id)
+        key = ReplicaKey(TopicPartition(entry.topic_name, entry.partition_index), broker_id)
         # A resent request fenced as stale was applied by its earlier copy.
         outcomes[key] = applied_code(entry.error_code, message.attempts)
+    # A partition the answer does not list (a request refused whole) has the request's outcome;
+    # with no error code that is a broker's omission, and an unconfirmed deletion is not done.
+    whole = response.error_code != ErrorCode.NONE and applied_code(
+        response.error_code, message.attempts
+    )
+    for tp in message.partitions:
+        outcomes.setdefault(ReplicaKey(tp, broker_id), whole)
     for key, ok in outcomes.items():
         if ctx.replica_states.state(key) is not ReplicaState.REPLICA_DELETION_STARTED:
             continue
@@ -125,7 +139,53 @@ async def stop_replica_done(ctx: ControllerContext, message: StopReplicaDone) ->
             else ReplicaState.REPLICA_DELETION_INELIGIBLE
         )
         ctx.replica_states.transition([key], target)
+    _schedule_retry(ctx, broker_id, broker.broker_epoch)
     await complete_deletions(ctx)
+
+
+def _schedule_retry(ctx: ControllerContext, broker_id: int, broker_epoch: int) -> None:
+    """A live broker with replicas whose deletion failed gets them again after a backoff."""
+    failed = ctx.replica_states.replicas_on_broker(
+        broker_id, ReplicaState.REPLICA_DELETION_INELIGIBLE
+    )
+    if not failed:
+        ctx.deletion_retries.done(broker_id)
+    elif ctx.sessions.is_live(broker_id):
+        delay_ms = ctx.deletion_retries.schedule(broker_id, broker_epoch)
+        if delay_ms is not None:
+            log.warning(
+                "%s: %d replica deletions failed on broker %d; retrying in %.0f ms",
+                ctx.name,
+                len(failed),
+                broker_id,
+                delay_ms,
+            )
+
+
+async def retry_replica_deletion(ctx: ControllerContext, message: RetryReplicaDeletion) -> None:
+    """Send the broker's failed deletions again, if it is still the same live incarnation (a
+    dead or re-registered one gets them from `resume_deletions` when it registers)."""
+    broker_id = message.broker_id
+    broker = ctx.model.broker(broker_id)
+    if (
+        broker is None
+        or broker.broker_epoch != message.broker_epoch
+        or not ctx.sessions.is_live(broker_id)
+    ):
+        return
+    failed = ctx.replica_states.replicas_on_broker(
+        broker_id, ReplicaState.REPLICA_DELETION_INELIGIBLE
+    )
+    outbox = Outbox()
+    for key in ctx.replica_states.transition(failed, ReplicaState.OFFLINE):
+        if ctx.replica_states.transition([key], ReplicaState.REPLICA_DELETION_STARTED):
+            outbox.stop(broker_id, key.partition, delete=True)
+    if not outbox.stop_replica:
+        ctx.deletion_retries.done(broker_id)
+        return
+    log.info("%s: retrying %d replica deletions on broker %d", ctx.name, len(failed), broker_id)
+    # The backoff keeps growing until an answer leaves nothing failed (`_schedule_retry`).
+    ctx.sender.flush(outbox)
 
 
 async def complete_deletions(ctx: ControllerContext) -> None:

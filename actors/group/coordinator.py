@@ -7,11 +7,22 @@ partition is still loading, COORDINATOR_LOAD_IN_PROGRESS.
 
 Leadership moves arrive from the ReplicaManager's hook (`on_leadership_change`, seed 002's
 onLeadershipChange): becoming leader of an offsets partition starts its shard (which loads it),
-becoming follower stops it (its waiting members get NOT_COORDINATOR). Partitions an
+becoming follower or no longer leading it for any other reason (StopReplica, a stray replica, a
+failed log: the hook reports those as followers too) stops it (its waiting members get
+NOT_COORDINATOR; a load still running is cancelled, never waited for). Partitions an
 UpdateMetadata deletes arrive from the ReplicaManager's other hook (`on_partitions_deleted`)
-and go to every shard, which drops the groups' offsets of them. The coordinator is an
-actor so those moves are applied one at a time, in the order the ReplicaManager made them; the
-request methods only read the published `shards` map and ask the shard.
+and go to every shard, which drops the groups' offsets of them. The coordinator is an actor so
+moves are applied by one task, each partition ending where the ReplicaManager's latest move put
+it; the request methods only read the published `shards` map and ask the shard.
+
+Control messages are never dropped. The hooks are synchronous (they run inside the
+ReplicaManager's handler, which must not wait for this actor), so they cannot wait for room in a
+mailbox, and a move dropped on a full mailbox would leave a shard serving a partition led
+elsewhere, or none serving one led here. So the hooks do not queue moves as messages: they
+record them in `_pending` (each partition's latest move wins: only where leadership ends up
+matters, and a repeated lead still reloads) and queue one `_Apply` wake-up if none is queued yet.
+The mailbox therefore holds at most one message and can never be full; the handler takes
+everything pending at once.
 """
 
 from __future__ import annotations
@@ -19,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from actors.group.config import GroupCoordinatorConfig
@@ -36,7 +47,7 @@ from actors.group.shard import (
     RemoveOffsets,
     Sync,
 )
-from runtime.actor import Actor, MailboxError, handles
+from runtime.actor import Actor, MailboxClosed, MailboxError, MailboxFull, handles
 from runtime.clock import Clock
 from wire.errors import ErrorCode
 from wire.group_records import OFFSETS_TOPIC, partition_for
@@ -69,14 +80,19 @@ R = TypeVar("R")
 
 
 @dataclass(frozen=True, slots=True)
-class _LeadershipChanged:
-    leaders: tuple[int, ...]
-    followers: tuple[int, ...]
+class _Apply:
+    """Wakes the actor to apply what the hooks left in `_pending` (at most one is queued)."""
 
 
-@dataclass(frozen=True, slots=True)
-class _PartitionsDeleted:
-    partitions: frozenset[tuple[str, int]]
+@dataclass(slots=True)
+class _Pending:
+    """Moves and deletions the hooks recorded and the actor has not applied yet. Owned by the
+    event loop's thread: the hooks write it, the actor's `_Apply` handler swaps it out whole."""
+
+    # Partition -> led (True) or not (False): each partition's latest move.
+    moves: dict[int, bool] = field(default_factory=dict)
+    deleted: set[tuple[str, int]] = field(default_factory=set)
+    woken: bool = False  # an _Apply is queued and has not started yet
 
 
 class GroupCoordinator(Actor):
@@ -97,32 +113,66 @@ class GroupCoordinator(Actor):
         self._offsets_partitions = offsets_partitions
         self._seed = seed
         self.shards: dict[int, GroupShard] = {}
+        self._pending = _Pending()
 
-    # -- leadership --------------------------------------------------------------------------
+    # -- the hooks (synchronous, outside the actor) --------------------------------------------
 
     def on_leadership_change(
         self, leaders: Sequence[TopicPartition], followers: Sequence[TopicPartition]
     ) -> None:
-        """The ReplicaManager's hook (synchronous): queue the move for the actor."""
-        led = tuple(tp.partition for tp in leaders if tp.topic == OFFSETS_TOPIC)
-        followed = tuple(tp.partition for tp in followers if tp.topic == OFFSETS_TOPIC)
-        if led or followed:
-            try:
-                self.try_tell(_LeadershipChanged(led, followed))
-            except MailboxError:
-                log.warning("group coordinator stopped or full; leadership move dropped")
+        """The ReplicaManager's hook: record the move for the actor. `followers` are every
+        offsets partition this broker no longer leads, whatever the reason."""
+        moves = self._pending.moves
+        for tp in followers:
+            if tp.topic == OFFSETS_TOPIC:
+                moves[tp.partition] = False
+        for tp in leaders:
+            if tp.topic == OFFSETS_TOPIC:
+                moves[tp.partition] = True
+        if moves:
+            self._wake()
 
-    @handles(_LeadershipChanged)
-    async def _leadership_changed(self, message: _LeadershipChanged) -> None:
-        for partition in message.followers:
-            shard = self.shards.pop(partition, None)
-            if shard is not None:
-                log.info("unloading groups of %s-%d", OFFSETS_TOPIC, partition)
-                await shard.stop()
-        for partition in message.leaders:
-            previous = self.shards.pop(partition, None)
-            if previous is not None:
-                await previous.stop()  # a new leader epoch: load again from the log
+    def on_partitions_deleted(self, partitions: Sequence[TopicPartition]) -> None:
+        """The ReplicaManager's hook for partitions an UpdateMetadata deleted."""
+        gone = {(tp.topic, tp.partition) for tp in partitions if tp.topic != OFFSETS_TOPIC}
+        if gone:
+            self._pending.deleted |= gone
+            self._wake()
+
+    def _wake(self) -> None:
+        if self._pending.woken:
+            return
+        try:
+            self.try_tell(_Apply())
+        except MailboxFull:
+            # Only _Apply is ever queued, one at a time: a full mailbox is a bug.
+            raise AssertionError(f"{self.name}: mailbox full with one wake-up at most") from None
+        except MailboxClosed:
+            log.debug("group coordinator stopped; moves not applied")  # shards stop with it
+            return
+        self._pending.woken = True
+
+    # -- the actor -----------------------------------------------------------------------------
+
+    @handles(_Apply)
+    async def _apply(self, _: _Apply) -> None:
+        pending, self._pending = self._pending, _Pending()  # hooks from here on wake again
+        await self._move(pending.moves)
+        if pending.deleted:
+            # After the moves, so a shard started by one of them drops the offsets too.
+            await self._remove_offsets(frozenset(pending.deleted))
+
+    async def _move(self, moves: dict[int, bool]) -> None:
+        # Every shard that goes (unled, or led again: a new leader epoch loads again from the
+        # log) leaves the routing table at once and all stop together, so one slow unload does
+        # not hold back the others; a shard still loading cancels its load (GroupShard.stop).
+        leaving = [shard for p in moves if (shard := self.shards.pop(p, None)) is not None]
+        for shard in leaving:
+            log.info("unloading groups of %s-%d", OFFSETS_TOPIC, shard.partition)
+        await asyncio.gather(*(shard.stop() for shard in leaving))
+        for partition, led in moves.items():
+            if not led:
+                continue
             shard = GroupShard(
                 partition, self._log, self.config, clock=self.clock, seed=self._seed + partition
             )
@@ -130,21 +180,10 @@ class GroupCoordinator(Actor):
             await shard.start()
             self.shards[partition] = shard
 
-    def on_partitions_deleted(self, partitions: Sequence[TopicPartition]) -> None:
-        """The ReplicaManager's hook for partitions an UpdateMetadata deleted (synchronous)."""
-        gone = frozenset((tp.topic, tp.partition) for tp in partitions if tp.topic != OFFSETS_TOPIC)
-        if gone:
-            try:
-                self.try_tell(_PartitionsDeleted(gone))
-            except MailboxError:
-                log.warning("group coordinator stopped or full; deleted partitions dropped")
-
-    @handles(_PartitionsDeleted)
-    async def _partitions_deleted(self, message: _PartitionsDeleted) -> None:
-        # Through this actor, so a shard started by an earlier leadership move gets it too.
+    async def _remove_offsets(self, partitions: frozenset[tuple[str, int]]) -> None:
         for partition, shard in list(self.shards.items()):
             try:
-                await shard.tell(RemoveOffsets(message.partitions))
+                await shard.tell(RemoveOffsets(partitions))
             except MailboxError:
                 log.info("%s-%d unloaded before its deleted offsets went", OFFSETS_TOPIC, partition)
 
@@ -267,6 +306,8 @@ class GroupCoordinator(Actor):
         groups = []
         code = ErrorCode.NONE
         for shard in list(self.shards.values()):
+            if not shard.running:
+                continue  # failed (a bug, logged): it answers nothing, as one led elsewhere
             if shard.loading:
                 code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
                 continue

@@ -15,10 +15,14 @@ messages.py and importable from here too.
 
 Lifecycle (seed 002, handleGroupImmigration / handleGroupEmigration):
 
-* **Loading** (`on_start`): every record of the partition from the log start to the high
-  watermark seen when loading began, later records overriding earlier ones and tombstones
-  removing; groups with members come back Stable with fresh session timers, the others Empty.
-  While `loading` is True the router answers COORDINATOR_LOAD_IN_PROGRESS without asking.
+* **Loading** (`on_start`, in a task of its own): every record of the partition from the log
+  start to the high watermark seen when loading began, later records overriding earlier ones and
+  tombstones removing; groups with members come back Stable with fresh session timers, the
+  others Empty. While `loading` is True the router answers COORDINATOR_LOAD_IN_PROGRESS without
+  asking. Only a whole load is served: an attempt that fails (the HW never caught up with the
+  log as of the election, a read answered an error) is dropped and retried after a backoff on
+  the clock, `loading` staying True, until one succeeds or the shard is stopped. Messages told
+  meanwhile (deleted partitions) wait in the mailbox until the load is done.
 * **Serving**: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
   DescribeGroups and ListGroups (the `@handles` methods). A request that must wait (a join until
   the rebalance completes, a sync until the leader's assignment is stored, a commit until its
@@ -27,7 +31,9 @@ Lifecycle (seed 002, handleGroupImmigration / handleGroupEmigration):
 * **Deleted partitions** (`RemoveOffsets`): the committed offsets of partitions the cluster
   deleted are dropped with tombstones, and a group left Empty without offsets is forgotten.
 * **Unloading** (`stop()` -> `on_stop`): every waiting member is answered NOT_COORDINATOR, every
-  group goes Dead, and the state is dropped; the new leader loads it from the log.
+  group goes Dead, and the state is dropped; the new leader loads it from the log. A shard still
+  loading cancels the load at once instead of waiting for it (it may be parked for seconds,
+  and the coordinator's other unloads would wait too) and rejects what is queued.
 
 Time: session and rebalance deadlines are alarms on the injected clock whose callbacks only
 `try_tell` the actor a message, so every state change happens in a handler. Writes (group
@@ -46,7 +52,7 @@ import logging
 import random
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from actors.group import membership, offsets
 from actors.group.config import GroupCoordinatorConfig
@@ -101,6 +107,12 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+# A failed load is retried after 100 ms, doubling up to 1 s (the Kafka clients' retry.backoff.ms
+# and retry.backoff.max.ms): the causes (a HW catching up, a leadership in flux) pass in that
+# time, and clients meanwhile retry COORDINATOR_LOAD_IN_PROGRESS on their own backoff.
+LOAD_RETRY_BACKOFF_MS: Final = 100
+LOAD_RETRY_BACKOFF_MAX_MS: Final = 1_000
+
 
 @dataclass(frozen=True, slots=True)
 class LogChunk:
@@ -126,10 +138,11 @@ class OffsetsLog(Protocol):
         when that is later."""
         ...
 
-    async def wait_committed(self, partition: int) -> None:
+    async def wait_committed(self, partition: int) -> ErrorCode:
         """Until the high watermark of a new leader covers its whole log as of its election
         (everything the previous leader acknowledged): a follower learns the HW one fetch
-        late, so loading up to a fresh leader's HW at once could miss the last commits."""
+        late, so loading up to a fresh leader's HW at once could miss the last commits. NONE
+        once it does; an error when it gives up first (the load then fails and is retried)."""
         ...
 
 
@@ -157,6 +170,8 @@ class GroupShard(Actor):
             write=self._write,
         )
         self._writes: set[asyncio.Task[None]] = set()
+        self._loader: asyncio.Task[None] | None = None
+        self._unloading = False  # stop() was called
 
     @property
     def groups(self) -> dict[str, Group]:
@@ -205,18 +220,55 @@ class GroupShard(Actor):
     # -- loading and unloading -------------------------------------------------------------
 
     async def on_start(self) -> None:
+        if self._unloading:
+            return  # stopped before its task first ran: nothing to load
+        # The load runs in a task of its own so that `stop()` can cancel it: an unload must not
+        # wait for a load that may be parked for seconds (a HW catching up, a slow read).
+        loader = asyncio.get_running_loop().create_task(self._load(), name=f"{self.name}-load")
+        self._loader = loader
         try:
-            await self._load()
+            await asyncio.wait((loader,))
         finally:
-            self.loading = False
+            loader.cancel()  # this task itself was cancelled: the load goes with it
+        if loader.cancelled():
+            return  # unloaded while loading (stop() rejected what was queued)
+        loader.result()  # a bug in loading stops the shard: the router answers NOT_COORDINATOR
+        self.loading = False
         self.every(
             self._config.offsets_retention_check_interval_ms,
             lambda: self.try_tell(ExpireOffsets()),
         )
 
+    async def stop(self, *, drain: bool = True) -> None:
+        """Unload. A shard still loading cancels its load rather than waiting for it, and
+        rejects what is queued instead of handling it: its state is not the partition's."""
+        self._unloading = True
+        if self._loader is not None:
+            self._loader.cancel()  # a no-op once loaded
+        await super().stop(drain=drain and not self.loading)
+
     async def _load(self) -> None:
+        """Load attempts until one reads the partition whole. An attempt that fails (the HW
+        never covered the log as of the election, a read answered an error) drops what it read
+        and the next one starts after a backoff on the clock; meanwhile `loading` stays True, so
+        the router answers COORDINATOR_LOAD_IN_PROGRESS and clients retry, and no committed
+        offset older than the partition's is ever served. The retries end with the
+        leadership: the coordinator stops the shard, which cancels them."""
+        backoff_ms = LOAD_RETRY_BACKOFF_MS
+        while (error := await self._load_once()) is not ErrorCode.NONE:
+            self._state.groups.clear()
+            self._state.offsets.clear()
+            log.warning("%s: load failed (%s), retry in %d ms", self.name, error.name, backoff_ms)
+            await self.clock.sleep(backoff_ms / 1000)
+            backoff_ms = min(2 * backoff_ms, LOAD_RETRY_BACKOFF_MAX_MS)
+
+    async def _load_once(self) -> ErrorCode:
+        """One attempt: NONE once every record below the HW seen when it began is loaded, else
+        the error that stopped it (the state then holds part of the partition)."""
         state = self._state
-        await self._log.wait_committed(self.partition)
+        committed = await self._log.wait_committed(self.partition)
+        if committed is not ErrorCode.NONE:
+            return committed
         group_values: dict[str, GroupValue | None] = {}
         offset = 0  # the log answers from its start when that is later
         end: int | None = None  # the high watermark when loading began
@@ -225,14 +277,15 @@ class GroupShard(Actor):
                 self.partition, offset, self._config.offsets_load_buffer_size
             )
             if isinstance(chunk, ErrorCode):
-                log.warning("%s: loading stopped at %d: %s", self.name, offset, chunk.name)
-                break
+                log.info("%s: a read from %d failed: %s", self.name, offset, chunk.name)
+                return chunk
             if end is None:
                 end = chunk.high_watermark
             for record_offset, key, value in iter_group_records(chunk.records):
                 if record_offset >= end:
                     break
                 offsets.load_record(state, key, value, group_values)
+            # Done at `end`, or when a read brings nothing: the log holds nothing more below it.
             if chunk.next_offset <= offset or chunk.next_offset >= end:
                 break
             offset = chunk.next_offset
@@ -247,6 +300,7 @@ class GroupShard(Actor):
         log.info(
             "%s: loaded %d groups, offsets of %d", self.name, len(state.groups), len(state.offsets)
         )
+        return ErrorCode.NONE
 
     async def on_stop(self) -> None:
         membership.unload(self._state)

@@ -8,13 +8,18 @@ high-watermark advance (or leadership change) triggers `check_and_complete` on i
 
 A partition stops waiting when its latest `PartitionView` shows that
 
-* the replica is gone, no longer leader, or leads under another leader epoch than the append's:
-  NOT_LEADER_OR_FOLLOWER. The epoch check is stricter than Kafka's `checkEnoughReplicasReachOffset`:
-  a replica that lost and regained leadership may have truncated the appended batch in between,
-  and a high watermark of the new epoch says nothing about it;
+* the replica is gone, no longer leader, or leads under another leadership than the append's
+  (`PartitionView.leadership`: this broker stopped leading at some moment since the append):
+  NOT_LEADER_OR_FOLLOWER. As in Kafka's DelayedProduce, leader epochs are never compared: a
+  leader that stays leader through a leader-epoch bump (the controller removed a replica) keeps
+  its waiting produces. The leadership check covers what Kafka gets by failing the waiting
+  produces at the moment its broker becomes follower: a replica that lost and regained
+  leadership between the append and a check may have truncated the batch, and a high watermark
+  of the new leadership says nothing about it;
 * its high watermark reached the required offset: NONE, unless the ISR the leader uses for the
   high watermark (the maximal ISR) has fewer than min.insync.replicas members, then
-  NOT_ENOUGH_REPLICAS_AFTER_APPEND (the data is committed, but not as durably as asked).
+  NOT_ENOUGH_REPLICAS_AFTER_APPEND (the data is committed, but not as durably as asked; Kafka's
+  checkEnoughReplicasReachOffset also counts the maximal ISR here).
 
 The operation completes once no partition waits. Partitions still waiting when the timeout fires
 answer REQUEST_TIMED_OUT: their answer holds that code from the start and only a finished wait
@@ -31,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from actors.views import PartitionView, Role, TopicPartitionKey, WatchKind
+from actors.views import NO_LEADERSHIP, PartitionView, Role, TopicPartitionKey, WatchKind
 from runtime.purgatory import DelayedOperation
 from wire.errors import ErrorCode
 from wire.messages import PartitionProduceResponse, ProduceResponse, TopicProduceResponse
@@ -44,16 +49,17 @@ ViewLookup = Callable[[TopicPartition], PartitionView | None]
 class ProducePartitionStatus:
     """One partition of an acks=all produce, as the local append left it.
 
-    `required_offset` is the last appended offset + 1; `leader_epoch` the epoch the leader
-    appended under; `min_insync_replicas` the topic's min.insync.replicas at append time. When
-    `error` is not NONE the append failed and the partition does not wait (the other fields are
-    then ignored, except the offsets, which are answered as given).
+    `required_offset` is the last appended offset + 1; `leadership` the leadership the leader
+    appended under (`PartitionView.leadership`); `min_insync_replicas` the topic's
+    min.insync.replicas at append time. When `error` is not NONE the append failed and the
+    partition does not wait (the other fields are then ignored, except the offsets, which are
+    answered as given).
     """
 
     topic_partition: TopicPartition
     error: ErrorCode = ErrorCode.NONE
     required_offset: int = -1
-    leader_epoch: int = -1
+    leadership: int = NO_LEADERSHIP
     min_insync_replicas: int = 1
     base_offset: int = -1
     log_append_time_ms: int = -1
@@ -63,7 +69,7 @@ class ProducePartitionStatus:
     def __post_init__(self) -> None:
         if self.error is ErrorCode.NONE:
             assert self.required_offset > self.base_offset >= 0, self
-            assert self.leader_epoch >= 0, self
+            assert self.leadership != NO_LEADERSHIP, self
             assert self.min_insync_replicas >= 1, self
 
 
@@ -72,7 +78,7 @@ ProduceResults = Mapping[TopicPartition, PartitionProduceResponse]
 
 def acks_outcome(status: ProducePartitionStatus, view: PartitionView | None) -> ErrorCode | None:
     """The answer for a waiting partition given its latest view, or None while it must wait."""
-    if view is None or view.role is not Role.LEADER or view.leader_epoch != status.leader_epoch:
+    if view is None or view.role is not Role.LEADER or view.leadership != status.leadership:
         return ErrorCode.NOT_LEADER_OR_FOLLOWER
     if view.high_watermark.message_offset < status.required_offset:
         return None

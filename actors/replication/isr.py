@@ -6,8 +6,8 @@ decide; nothing here keeps state, touches the log or talks to the controller.
 
 * The maximal ISR (KIP-497): while a proposal is pending the leader must act as if both the old
   and the proposed ISR could be the true one until the controller answers, so the high watermark
-  and acks=all count committed plus the joining replica during an expansion, and the old ISR
-  during a shrink (`PendingIsrChange.maximal_isr`).
+  and a waiting acks=all produce count committed plus the joining replica during an expansion,
+  and the old ISR during a shrink (`PendingIsrChange.maximal_isr`).
 * Joining (`isr_expansion`): a follower joins only once it reached both the HW and the start of
   the leader's epoch (KAFKA-7128), and only if its broker is eligible — alive and not shutting
   down (KIP-841; the caller's `is_eligible`, from the metadata cache).
@@ -15,7 +15,8 @@ decide; nothing here keeps state, touches the log or talks to the controller.
   never removes itself.
 * The high watermark (`high_watermark_candidate`, `next_high_watermark`): seed 000's
   maybeIncrementLeaderHW over the maximal ISR, never lower than it was.
-* min.insync.replicas before an acks=all append (`enough_replicas_for_append`).
+* min.insync.replicas before an acks=all append (`enough_replicas_for_append`), over the
+  committed ISR.
 * The controller's answer to a proposal (`judge_alter_partition`): commit it, ignore it, fall back
   to the committed ISR, wait for LeaderAndIsr, or resubmit.
 """
@@ -51,7 +52,9 @@ def enough_replicas_for_append(
     required_acks: int, counted_isr: tuple[int, ...], min_insync_replicas: int
 ) -> bool:
     """Whether an append with `required_acks` may go ahead: only acks=all needs
-    min.insync.replicas members in `counted_isr` (the partition passes its maximal ISR)."""
+    min.insync.replicas members in `counted_isr`. The partition passes its committed ISR, as
+    Kafka's appendRecordsToLeader does: a replica whose expansion is still pending may yet be
+    refused by the controller, so it must not admit a write."""
     return required_acks != ACKS_ALL or len(counted_isr) >= min_insync_replicas
 
 

@@ -27,12 +27,14 @@ class IllegalRoleTransitionError(RuntimeError):
     """A move the role table forbids: a bug in the caller or in the partition actor."""
 
 
-# LEADER -> LEADER and FOLLOWER -> FOLLOWER are new epochs of the same role. OFFLINE is final: an
-# offline partition's actor is stopped and a new one is created if the replica comes back.
+# LEADER -> LEADER and FOLLOWER -> FOLLOWER are new epochs of the same role. STOPPED and OFFLINE
+# are final: the actor has stopped (by request, or on its log's failure), and a new one is created
+# if the replica is hosted again.
 ROLE_MOVES: Final[dict[Role, frozenset[Role]]] = {
-    Role.NONE: frozenset({Role.LEADER, Role.FOLLOWER, Role.OFFLINE}),
-    Role.LEADER: frozenset({Role.LEADER, Role.FOLLOWER, Role.OFFLINE}),
-    Role.FOLLOWER: frozenset({Role.LEADER, Role.FOLLOWER, Role.OFFLINE}),
+    Role.NONE: frozenset({Role.LEADER, Role.FOLLOWER, Role.STOPPED, Role.OFFLINE}),
+    Role.LEADER: frozenset({Role.LEADER, Role.FOLLOWER, Role.STOPPED, Role.OFFLINE}),
+    Role.FOLLOWER: frozenset({Role.LEADER, Role.FOLLOWER, Role.STOPPED, Role.OFFLINE}),
+    Role.STOPPED: frozenset(),
     Role.OFFLINE: frozenset(),
 }
 

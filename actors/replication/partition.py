@@ -9,9 +9,13 @@ State owned (all private to the actor's task):
 * the `Log` (opened by the caller, closed by the caller; the actor only reads and writes it);
 * role (moved only along `ROLE_MOVES`), leader id, leader epoch, partition epoch, replicas;
 * the committed ISR and at most one pending AlterPartition proposal. While an expansion is
-  pending the high watermark and acks=all count the *maximal* ISR (committed plus the joining
-  replica), while a shrink is pending the old ISR: the leader must act as if both the old and the
-  proposed ISR could be the true one until the controller answers (KIP-497);
+  pending the high watermark and a waiting acks=all produce count the *maximal* ISR (committed
+  plus the joining replica), while a shrink is pending the old ISR: the leader must act as if both
+  the old and the proposed ISR could be the true one until the controller answers (KIP-497).
+  min.insync.replicas before an acks=all append counts the committed ISR only, as Kafka's
+  appendRecordsToLeader does: a joiner the controller may still refuse must not admit a write;
+* the current leadership (`PartitionView.leadership`): a new process-unique number each time the
+  replica becomes leader from another role, kept through leader-epoch bumps while it leads;
 * per remote replica its fetch state (`actors.replication.replica_state.RemoteReplica`).
 
 Behaviour follows seeds 000/002/003 with the later Kafka fixes of DESIGN.md:
@@ -42,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 from collections.abc import Callable, Iterator
 from typing import Protocol
@@ -84,7 +89,7 @@ from actors.replication.partition_messages import (
     TruncateTo,
 )
 from actors.replication.replica_state import RemoteReplica
-from actors.views import NO_LEADER, PartitionView, Role
+from actors.views import NO_LEADER, NO_LEADERSHIP, PartitionView, Role
 from runtime.actor import Actor, ActorFatalError, MailboxClosed, MailboxFull, Supervisor, handles
 from runtime.clock import Clock
 from runtime.log.errors import (
@@ -100,6 +105,12 @@ from wire.records import CorruptRecordError
 from wire.topic import TopicPartition
 
 log = logging.getLogger(__name__)
+
+# Leadership numbers, shared by every partition actor of the process so that no two leaderships
+# of one partition on this broker get the same number, even across actors (StopReplica with
+# delete or a log failure replaces the actor): a produce waiting from the old actor's leadership
+# must never match the new one's. Drawn only on the event loop thread, so it needs no lock.
+_LEADERSHIPS = itertools.count(NO_LEADERSHIP + 1)
 
 # -- the listener ---------------------------------------------------------------------------------
 
@@ -196,6 +207,7 @@ class PartitionActor(Actor):
         self._pending: PendingIsrChange | None = None
         self._remote: dict[int, RemoteReplica] = {}
         self._leader_epoch_start_offset = -1
+        self._leadership = NO_LEADERSHIP
         self._hw_metadata = self._local_hw_metadata()
         self._delivery_tasks: set[asyncio.Task[None]] = set()
         self._view = self._build_view()
@@ -242,6 +254,10 @@ class PartitionActor(Actor):
                         in_isr=replica.broker_id in self._isr,
                     )
                 self._leader_epoch_start_offset = start
+            if not was_leader:
+                # A new leadership: produces appended under an earlier one must not be
+                # acknowledged by this one's high watermark (their batches may be truncated).
+                self._leadership = next(_LEADERSHIPS)
             self._leader_id = self.local_broker_id
             self._leader_epoch = state.leader_epoch
             self._partition_epoch = state.partition_epoch
@@ -305,7 +321,10 @@ class PartitionActor(Actor):
         if self._role is not Role.LEADER:
             return LeaderAppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         min_isr = message.min_insync_replicas or self._config.min_insync_replicas
-        if not enough_replicas_for_append(message.required_acks, self._maximal_isr, min_isr):
+        # The committed ISR, not the maximal one: while an expansion is pending the controller
+        # may still refuse the joiner, and the write would then have been admitted on too few
+        # replicas (Kafka's appendRecordsToLeader counts partitionState.isr).
+        if not enough_replicas_for_append(message.required_acks, self._isr, min_isr):
             return LeaderAppendResult(ErrorCode.NOT_ENOUGH_REPLICAS)
         with self._log_io("leader append"):
             try:
@@ -319,7 +338,7 @@ class PartitionActor(Actor):
             advanced = self._maybe_increment_high_watermark(self.clock.monotonic_ms())
         self._publish(leader_append=True, high_watermark=advanced)
         return LeaderAppendResult(
-            ErrorCode.NONE, info, self._log.log_start_offset, self._leader_epoch
+            ErrorCode.NONE, info, self._log.log_start_offset, self._leadership
         )
 
     # -- fetch --------------------------------------------------------------------------------
@@ -622,6 +641,7 @@ class PartitionActor(Actor):
             log_start_offset=self._log.log_start_offset,
             leader_epoch_start_offset=self._leader_epoch_start_offset,
             latest_epoch=-1 if latest_epoch is None else latest_epoch,
+            leadership=self._leadership,
         )
 
     def _publish(
@@ -636,6 +656,20 @@ class PartitionActor(Actor):
             self._listener.on_leader_append(tp)
         if high_watermark:
             self._listener.on_high_watermark_advanced(tp)
+
+    async def on_stop(self) -> None:
+        """Stopped (StopReplica, a stray, the broker stopping): the replica serves nothing any
+        more, though the ReplicaManager may keep it routed while its log stays on disk. A failed
+        actor already went OFFLINE and stays so."""
+        if self._role is Role.OFFLINE:
+            return
+        self._role = next_role(self._role, Role.STOPPED)
+        self._leader_id = NO_LEADER
+        self._pending = None
+        self._remote.clear()
+        self._leader_epoch_start_offset = -1
+        # Waiting produces and fetches learn that this replica leads no more.
+        self._publish(leadership=True)
 
     @contextlib.contextmanager
     def _log_io(self, what: str) -> Iterator[None]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from actors.replication.alter_partition import IsrProposal, IsrProposalResult
-from actors.views import PartitionView
+from actors.views import NO_LEADERSHIP, PartitionView
 from runtime.actor import Ask
 from runtime.log.log import Records
 from runtime.log.offsets import LogAppendInfo, LogOffsetMetadata
@@ -81,13 +81,14 @@ class BecomeFollower(Ask[LeadershipResult]):
 
 @dataclass(frozen=True, slots=True)
 class LeaderAppendResult:
-    """info is None unless error is NONE. `leader_epoch` is the epoch the records were written
-    in (DelayedProduce gives up when the partition's epoch moves on)."""
+    """info is None unless error is NONE. `leadership` is the leadership the records were
+    written under (`PartitionView.leadership`): a DelayedProduce gives up if the broker stopped
+    leading since, not when only the leader epoch moves on."""
 
     error: ErrorCode
     info: LogAppendInfo | None = None
     log_start_offset: int = -1
-    leader_epoch: int = NO_EPOCH
+    leadership: int = NO_LEADERSHIP
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,8 +22,16 @@ UNKNOWN_TOPIC_OR_PARTITION when this broker is not a replica, STALE_CONTROLLER_E
 (leader epoch, partition epoch), NONE without change for a repeat; a new follower takes its role
 and epoch at once (so a deposed leader stops acknowledging writes) and truncates by leader epoch
 in its fetcher (KIP-101), and its fetcher starts only once the leader's endpoint is known.
-StopReplica stops a partition (and deletes its log when asked); UpdateMetadata refreshes the
-cache, stops the partitions of deleted topics and starts the fetchers that waited for an endpoint.
+StopReplica stops a partition (and deletes its log when asked); without delete the stopped actor
+stays routed while its log stays on disk, so clients get NOT_LEADER_OR_FOLLOWER rather than
+UNKNOWN_TOPIC_OR_PARTITION (Kafka keeps such a partition hosted), and a later LeaderAndIsr hosts
+it again with a new actor. UpdateMetadata refreshes the cache, stops the partitions of deleted
+topics and starts the fetchers that waited for an endpoint.
+
+The leadership hook (`on_leadership_change`, seed 002's onLeadershipChange, consumed by the
+group coordinator) hears of every partition that starts or stops being led here: LeaderAndIsr's
+new leaders and followers, and also a leader stopped by StopReplica (with or without delete) or
+as a stray, and a partition whose log failed (OFFLINE), each reported as no longer led.
 
 Beside it: its messages (actors/replication/replica_manager_messages.py), its settings
 (`ReplicaManagerConfig`, actors/replication/config.py), the per-partition epoch fence it shares
@@ -108,6 +116,9 @@ class _PartitionFailed:
     actor: PartitionActor
 
 
+# (partitions now led here, partitions no longer led here): the second holds new followers and
+# partitions stopped or gone offline; it may name one that was not led (the consumer ignores
+# what it does not hold).
 LeadershipHook = Callable[[Sequence[TopicPartition], Sequence[TopicPartition]], None]
 DeletionHook = Callable[[Sequence[TopicPartition]], None]
 
@@ -191,6 +202,14 @@ class ReplicaManager(Actor):
     def _publish_routes(self) -> None:
         self._routes = MappingProxyType(dict(self._partitions))
 
+    def _report_leadership(
+        self, leaders: Sequence[TopicPartition], not_led: Sequence[TopicPartition]
+    ) -> None:
+        """Run the leadership hook, synchronously, in the handler that made the change (so its
+        consumer hears of the moves in the order they were made)."""
+        if self._on_leadership_change is not None and (leaders or not_led):
+            self._on_leadership_change(leaders, not_led)
+
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def abort(self) -> None:
@@ -223,8 +242,9 @@ class ReplicaManager(Actor):
                     actor.try_tell(MaybeShrinkIsr())
 
     def _checkpoint_high_watermarks(self) -> None:
-        """Write replication-offset-checkpoint from the published views. Logs no actor owns any
-        more (stopped without deletion) are read directly: nothing else touches them."""
+        """Write replication-offset-checkpoint from the published views (a stopped actor's view
+        is its last). Logs no actor owns any more (strays, partitions of deleted topics) are read
+        directly: nothing else touches them."""
         high_watermarks: dict[TopicPartition, int] = {}
         for tp, partition_log in self._log_manager.logs.items():
             actor = self._partitions.get(tp)
@@ -279,6 +299,10 @@ class ReplicaManager(Actor):
                 errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
             actor = self._partitions.get(tp)
+            if actor is not None and actor.view.role is Role.STOPPED:
+                # Stopped by StopReplica and kept routed: a stopped actor's state is final, so
+                # the partition is hosted again by a new actor, as when it was first hosted.
+                actor = None
             if actor is not None:
                 verdict = _epoch_verdict(actor.view, state.epochs)
                 if verdict is not None:
@@ -302,8 +326,7 @@ class ReplicaManager(Actor):
                 self._checkpoint_high_watermarks,
             )
         await self._fetchers.shutdown_idle()
-        if self._on_leadership_change is not None and (leaders or followers):
-            self._on_leadership_change(leaders, followers)
+        self._report_leadership(leaders, followers)
         return LeaderAndIsrResponse(
             partition_errors=[
                 LeaderAndIsrPartitionError(
@@ -366,8 +389,9 @@ class ReplicaManager(Actor):
             alter_partition_sink=self._sink,
             config=self.config.partition_config,
             listener=self._delayed,
-            # KIP-841: only brokers the controller lists as alive may join or count for the ISR.
-            is_replica_eligible=lambda broker_id: self._metadata.snapshot.is_broker_alive(
+            # KIP-841: only brokers the controller lists as alive and not in controlled
+            # shutdown may join the ISR or hold back the HW from outside it.
+            is_replica_eligible=lambda broker_id: self._metadata.snapshot.is_replica_eligible(
                 broker_id
             ),
             isr_change_listener=self._isr_change_listener,
@@ -393,6 +417,8 @@ class ReplicaManager(Actor):
             self._fetchers.remove_partitions([tp])
             self._pending_fetchers.discard(tp)
             self._delayed.partition_changed(tp)
+            # Whatever it was, it leads nothing now (its role before the failure is gone).
+            self._report_leadership((), (tp,))
 
     async def _make_leaders(
         self,
@@ -481,7 +507,10 @@ class ReplicaManager(Actor):
         answers = []
         for tp, state in zip(tps, request.partition_states, strict=True):
             error = await self._stop_partition(
-                tp, leader_epoch=state.leader_epoch, delete=state.delete_partition
+                tp,
+                leader_epoch=state.leader_epoch,
+                delete=state.delete_partition,
+                keep_routed=not state.delete_partition,
             )
             answers.append(
                 StopReplicaPartitionError(
@@ -492,8 +521,17 @@ class ReplicaManager(Actor):
         return StopReplicaResponse(partition_errors=answers)
 
     async def _stop_partition(
-        self, tp: TopicPartition, *, leader_epoch: int = -1, delete: bool = False
+        self,
+        tp: TopicPartition,
+        *,
+        leader_epoch: int = -1,
+        delete: bool = False,
+        keep_routed: bool = False,
     ) -> ErrorCode:
+        """Stop serving `tp`: off the fetchers, its actor stopped, its log deleted if asked.
+        With `keep_routed` the stopped actor stays in the routes (StopReplica without delete),
+        so the data path answers NOT_LEADER_OR_FOLLOWER; otherwise the partition is no longer
+        hosted (UNKNOWN_TOPIC_OR_PARTITION)."""
         actor = self._partitions.get(tp)
         if (
             actor is not None
@@ -504,11 +542,15 @@ class ReplicaManager(Actor):
         self._fetchers.remove_partitions([tp])
         self._pending_fetchers.discard(tp)
         if actor is not None:
-            del self._partitions[tp]
-            self._publish_routes()
+            was_leader = actor.view.role is Role.LEADER
+            if not keep_routed:
+                del self._partitions[tp]
+                self._publish_routes()
             await actor.stop()
-            # Waiting produces and fetches see the partition gone and answer now.
+            # Waiting produces and fetches see the partition stopped or gone and answer now.
             self._delayed.partition_changed(tp)
+            if was_leader:
+                self._report_leadership((), (tp,))
         if delete:
             try:
                 self._log_manager.delete_log(tp)

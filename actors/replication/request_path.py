@@ -89,9 +89,10 @@ PartitionLookup = Callable[[TopicPartition], PartitionActor | None]
 async def ask_partition(actor: Actor, message: Ask[R]) -> R | ErrorCode:
     """Ask a partition actor; a stopped or failed actor becomes a Kafka error code.
 
-    A stopped actor was removed by StopReplica (or is being replaced): the client must refresh
-    its metadata, NOT_LEADER_OR_FOLLOWER. An actor stopped by a log failure is Kafka's offline
-    partition: KAFKA_STORAGE_ERROR. Other exceptions are bugs and propagate.
+    A stopped actor was stopped by StopReplica (kept routed while its log stays on disk) or is
+    being replaced: the client must refresh its metadata, NOT_LEADER_OR_FOLLOWER. An actor
+    stopped by a log failure is Kafka's offline partition: KAFKA_STORAGE_ERROR. Other exceptions
+    are bugs and propagate.
     """
     try:
         return await actor.ask(message)
@@ -202,7 +203,7 @@ class RequestPath:
         return ProducePartitionStatus(
             tp,
             required_offset=info.last_offset + 1,
-            leader_epoch=result.leader_epoch,
+            leadership=result.leadership,
             min_insync_replicas=self._min_insync_replicas(tp.topic),
             base_offset=info.first_offset,
             log_start_offset=result.log_start_offset,

@@ -3,7 +3,10 @@
 * `Routes`: the routing table `TopicPartition -> PartitionActor` (Kafka's allPartitions). The
   ReplicaManager (actors/replication/replica_manager.py) owns it and publishes it after every
   change as an immutable mapping, replaced whole, so the data path
-  (actors/replication/request_path.py), the fetchers and the node read it without asking.
+  (actors/replication/request_path.py), the fetchers and the node read it without asking. A
+  partition stopped by StopReplica without delete keeps its stopped actor here (view role
+  STOPPED), so requests for it are answered NOT_LEADER_OR_FOLLOWER, as Kafka answers for a
+  partition it still hosts.
 * `partition_counts`: Kafka's ReplicaManager gauges, from the routes and the views their actors
   publish.
 * `route_followers`: which leader each follower fetches from and where it starts (Kafka's

@@ -200,15 +200,19 @@ class BrokerLifecycle:
         clock: Clock,
         listeners: Listeners,
         on_registered: OnRegistered,
+        log_dirs: Callable[[], Sequence[bytes]] = tuple,
         incarnation_id: bytes | None = None,
         seed: int | None = None,
     ) -> None:
+        """`log_dirs`: the ids of the broker's log directories, read at each registration (the
+        dirs are opened before the lifecycle starts)."""
         self.broker_id = broker_id
         self.config = config
         self._channel = channel
         self._clock = clock
         self._listeners = listeners
         self._on_registered = on_registered
+        self._log_dirs = log_dirs
         # Random per process start: the controller tells a restarted broker (new incarnation)
         # from this process retrying its own registration (same incarnation).
         self.incarnation_id = incarnation_id if incarnation_id is not None else uuid.uuid4().bytes
@@ -314,6 +318,7 @@ class BrokerLifecycle:
             incarnation_id=self.incarnation_id,
             listeners=list(self._listeners()),
             previous_broker_epoch=self._previous_epoch,
+            log_dirs=list(self._log_dirs()),
         )
         self.registration_attempts += 1
         try:

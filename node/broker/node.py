@@ -168,7 +168,12 @@ class BrokerNode:
         """The log dirs, the purgatories, and the metrics (built first: the ReplicaManager and
         the servers take its hooks; its sources are read only at scrape time)."""
         config, clock = self.config, self.clock
-        self.log_manager = LogManager(config.log, clock)
+        self.log_manager = LogManager(
+            config.log,
+            clock,
+            node_id=self.broker_id,
+            cluster_id=config.lifecycle.cluster_id or None,
+        )
         self.delayed = DelayedOperations(clock)
         self.metrics = BrokerMetrics(
             replica_counts=lambda: self.replica_manager.partition_counts(),
@@ -203,6 +208,7 @@ class BrokerNode:
                 clock=clock,
                 listeners=self._registration_listeners,
                 on_registered=self.set_broker_epoch,
+                log_dirs=self.log_manager.directory_ids,
             )
         # Kafka bounds a forwarded request by the broker's request.timeout.ms.
         self.forwarder = ControllerForwarder(

@@ -46,19 +46,22 @@ class RequestPathOffsetsLog:
         self._commit_timeout_ms = commit_timeout_ms
         self._clock = clock
 
-    async def wait_committed(self, partition: int) -> None:
+    async def wait_committed(self, partition: int) -> ErrorCode:
         # The partition answers the latest offset with OFFSET_NOT_AVAILABLE while a new
         # leader's HW is below the start of its epoch (KIP-207): poll until it answers an
         # offset. Any other error (the partition actor not leader yet, say) is waited out too:
-        # only an answered offset says the HW covers what the old leader acknowledged.
+        # only an answered offset says the HW covers what the old leader acknowledged. After
+        # the polls, the last error: the shard must not load up to a HW that may miss commits,
+        # so it fails this load and retries it later.
+        error = ErrorCode.REQUEST_TIMED_OUT
         for _ in range(COMMITTED_POLLS):
             latest = await self._offset(partition, LATEST_TIMESTAMP)
             if not isinstance(latest, ErrorCode):
-                return
+                return ErrorCode.NONE
+            error = latest
             await self._clock.sleep(COMMITTED_POLL_S)
-        log.warning(
-            "%s-%d: HW still behind the leader's epoch; loading anyway", OFFSETS_TOPIC, partition
-        )
+        log.warning("%s-%d: HW still behind: %s", OFFSETS_TOPIC, partition, error.name)
+        return error
 
     async def append(self, partition: int, records: bytes) -> ErrorCode:
         response = await self._path.produce(

@@ -4,6 +4,9 @@ Per log dir (layouts in `runtime.log.checkpoints`):
 
 * ``.lock`` — held with ``flock(LOCK_EX | LOCK_NB)`` while a process uses the dir, so a second
   broker on the same dir refuses to start (`LogDirLockedError`). The lock dies with the process.
+* ``meta.properties`` — the dir's identity (`runtime.log.meta_properties`): the node it belongs to
+  and a directory id, created when a broker first opens the dir (a manager built without a node
+  id, as the offline tools build one, only reads it). A dir of another node is refused.
 * ``.kafka_cleanshutdown`` — an empty marker written after every log was flushed and closed and
   every checkpoint written; present at startup means no recovery scan. It is removed once the dir's
   logs are loaded, so a crash from then on is seen as unclean.
@@ -61,6 +64,14 @@ from runtime.log.errors import (
     LogDirLockedError,
 )
 from runtime.log.log import Log
+from runtime.log.meta_properties import (
+    MetaProperties,
+    NewDirectoryId,
+    directory_id_text,
+    ensure,
+    random_directory_id,
+    read_if_present,
+)
 from runtime.log.partition_dir import delete_dir_name, is_delete_dir, is_ignored_dir
 from runtime.log.recovery import RecoveryReport
 from runtime.log.segment import LogSegment
@@ -78,6 +89,7 @@ class LoadedDir:
     directory: Path
     clean_shutdown: bool
     reports: dict[TopicPartition, RecoveryReport]
+    directory_id: bytes | None = None  # from meta.properties (None: a reader without a node id)
 
 
 @dataclass(slots=True)
@@ -92,8 +104,17 @@ class _DirContents:
 
 class LogManager:
     def __init__(
-        self, config: LogManagerConfig, clock: Clock, *, rng: random.Random | None = None
+        self,
+        config: LogManagerConfig,
+        clock: Clock,
+        *,
+        rng: random.Random | None = None,
+        node_id: int | None = None,
+        cluster_id: str | None = None,
+        new_directory_id: NewDirectoryId = random_directory_id,
     ) -> None:
+        """`node_id`: the broker that owns the dirs; their meta.properties are created or checked
+        against it on open. None for a reader that owns no dir."""
         if not config.log_dirs:
             raise ValueError("log.dirs is empty")
         self.config = config
@@ -102,6 +123,10 @@ class LogManager:
         self._dirs = [Path(d).resolve() for d in config.log_dirs]
         if len(set(self._dirs)) != len(self._dirs):
             raise ValueError(f"duplicate entries in log.dirs: {config.log_dirs}")
+        self._node_id = node_id
+        self._cluster_id = cluster_id
+        self._new_directory_id = new_directory_id
+        self._meta: dict[Path, MetaProperties] = {}
         self._lock_fds: dict[Path, int] = {}
         self._logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
@@ -138,6 +163,7 @@ class LogManager:
         try:
             for directory in self._dirs:
                 self._lock(directory)
+                self._identify(directory)
             # One seed per dir, drawn here in dir order: the loaders finish in any order.
             seeds = [self._rng.random() for _ in self._dirs]
             with ThreadPoolExecutor(len(self._dirs), thread_name_prefix="log-dir-load") as pool:
@@ -146,6 +172,30 @@ class LogManager:
         except BaseException:
             self._unlock_all()
             raise
+
+    def _identify(self, directory: Path) -> None:
+        """Read (or, for a dir without one, create) the locked dir's meta.properties."""
+        if self._node_id is None:
+            meta = read_if_present(directory)
+            if meta is not None:
+                self._meta[directory] = meta
+            return
+        meta, created = ensure(
+            directory,
+            node_id=self._node_id,
+            cluster_id=self._cluster_id,
+            wall_ms=self._clock.wall_ms(),
+            new_directory_id=self._new_directory_id,
+        )
+        if created:
+            logger.info(
+                "log dir %s: new directory id %s", directory, directory_id_text(meta.directory_id)
+            )
+        self._meta[directory] = meta
+
+    def directory_ids(self) -> tuple[bytes, ...]:
+        """The open dirs' ids in log.dirs order (what the broker registers with)."""
+        return tuple(self._meta[d].directory_id for d in self._dirs if d in self._meta)
 
     async def open_async(self) -> list[LoadedDir]:
         """`open` in a worker thread, so the event loop runs on while the logs load."""
@@ -196,7 +246,10 @@ class LogManager:
             (directory / CLEAN_SHUTDOWN_FILE).unlink()
             fsync_dir(directory)
         reports = {tp: log.recovery_report for tp, log in contents.logs.items()}
-        return LoadedDir(directory, contents.clean_shutdown, reports)
+        meta = self._meta.get(directory)
+        return LoadedDir(
+            directory, contents.clean_shutdown, reports, None if meta is None else meta.directory_id
+        )
 
     # -- logs ---------------------------------------------------------------------------------
 

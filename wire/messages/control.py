@@ -176,9 +176,13 @@ class UpdateMetadataEndpoint:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UpdateMetadataBroker:
+    """A live broker. `in_controlled_shutdown`: it is moving its leadership away, so leaders must
+    not add it to an ISR (KIP-841; KRaft's BrokerRegistration.inControlledShutdown)."""
+
     id: Int32
     endpoints: list[UpdateMetadataEndpoint]
     rack: str | None = None
+    in_controlled_shutdown: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -319,6 +323,9 @@ class BrokerRegistrationRequest(Request):
     listeners: list[BrokerRegistrationListener]
     rack: str | None = None
     previous_broker_epoch: int = -1
+    # The ids of the broker's log directories (their meta.properties), as KRaft's LogDirs: a
+    # restart on the same directories keeps them, a wiped or replaced directory has a new one.
+    log_dirs: list[Uuid] = field(default_factory=list)
 
 
 # -- BrokerHeartbeat (63) --------------------------------------------------------------------------

@@ -1,7 +1,10 @@
 """MetadataCache: UpdateMetadata applied, stale controllers refused, deleted partitions returned,
-Metadata answers (unknown topics, unavailable leaders), alive brokers and endpoints."""
+Metadata answers (unknown topics, unavailable leaders), alive brokers and endpoints, brokers in
+controlled shutdown (KIP-841)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 
@@ -253,3 +256,21 @@ def test_alive_brokers_and_endpoints_for_fetchers_and_isr_expansion() -> None:
     assert cache.snapshot.leader_endpoint(tp) is None
     assert not cache.snapshot.is_broker_alive(2)
     assert snapshot.is_broker_alive(2), "a reader's snapshot does not change under it"
+
+
+def test_a_broker_in_controlled_shutdown_is_alive_but_no_isr_candidate() -> None:
+    """KIP-841: the cache keeps UpdateMetadata's in_controlled_shutdown, and a leader asks
+    `is_replica_eligible` before it proposes or counts a replica for the ISR."""
+    cache = MetadataCache()
+    leaving = dataclasses.replace(broker(2), in_controlled_shutdown=True)
+    cache.update(update([], [broker(0), broker(1), leaving]))
+    snapshot = cache.snapshot
+    assert snapshot.brokers[2].in_controlled_shutdown
+    assert not snapshot.brokers[1].in_controlled_shutdown
+    assert snapshot.is_broker_alive(2), "still alive: it serves and is listed to clients"
+    assert snapshot.endpoint(2) is not None
+    assert [b.node_id for b in snapshot.response_brokers()] == [0, 1, 2]
+    assert [snapshot.is_replica_eligible(b) for b in (0, 1, 2, 3)] == [True, True, False, False]
+    # The next UpdateMetadata without the flag (its shutdown was cancelled) makes it eligible.
+    cache.update(update([], [broker(0), broker(1), broker(2)]))
+    assert cache.snapshot.is_replica_eligible(2)

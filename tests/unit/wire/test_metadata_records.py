@@ -116,3 +116,14 @@ def test_records_are_values() -> None:
 def test_malformed_records_are_refused(data: dict[str, Any]) -> None:
     with pytest.raises(ValueError):  # noqa: PT011  (any ValueError: the message varies by case)
         decode_record(data)
+
+
+def test_log_dirs_round_trip_and_older_records_take_the_default() -> None:
+    record = RegisterBrokerRecord(3, b"\x03" * 16, 9, (), None, log_dirs=[b"\x07" * 16])  # type: ignore[arg-type]
+    assert record.log_dirs == (b"\x07" * 16,)
+    assert through_msgpack(record) == record
+    written_before_log_dirs = encode_record(RegisterBrokerRecord(3, b"\x03" * 16, 9, (), None))
+    del written_before_log_dirs["log_dirs"]
+    assert decode_record(written_before_log_dirs) == RegisterBrokerRecord(
+        3, b"\x03" * 16, 9, (), None
+    )

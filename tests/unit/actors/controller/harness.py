@@ -56,6 +56,7 @@ from wire.topic import TopicPartition
 SESSION_MS = 300
 HEARTBEAT_MS = 50
 SEED = 20261122
+BROKERS = (0, 1, 2)
 
 
 @dataclass
@@ -132,7 +133,9 @@ class ControllerHarness:
 
     # -- brokers -----------------------------------------------------------------------------
 
-    async def register(self, broker_id: int, *, new_process: bool = True) -> ErrorCode:
+    async def register(
+        self, broker_id: int, *, new_process: bool = True, log_dirs: Sequence[bytes] = ()
+    ) -> ErrorCode:
         if new_process or broker_id not in self.incarnations:
             self.incarnations[broker_id] = uuid.UUID(
                 int=self._rng.getrandbits(128), version=4
@@ -148,6 +151,7 @@ class ControllerHarness:
                             name="native", host="127.0.0.1", port=9_000 + broker_id
                         )
                     ],
+                    log_dirs=list(log_dirs),
                 )
             )
         )
@@ -282,3 +286,15 @@ class ControllerHarness:
                 )
                 count += 1
         return count
+
+
+async def cluster(h: ControllerHarness, brokers: tuple[int, ...] = BROKERS) -> None:
+    """Register `brokers` and forget what their registration sent."""
+    for broker_id in brokers:
+        assert await h.register(broker_id) is ErrorCode.NONE
+    h.channels.take()
+
+
+async def kill(h: ControllerHarness, dead: int, alive: tuple[int, ...]) -> None:
+    """`dead` stops heartbeating; the others go on until the session has expired."""
+    await h.pass_time(SESSION_MS + 2 * HEARTBEAT_MS, alive=alive)

@@ -1,59 +1,38 @@
 """The controller actor (seed 004) on a ManualClock: registration and liveness, elections from
-the ISR (unclean only when enabled), AlterPartition validation, controlled shutdown, topic
-creation and deletion (resumed when a broker returns), restart from the metadata log."""
+the ISR (unclean only when enabled), topic creation, preferred leaders, restart from the
+metadata log. AlterPartition, controlled shutdown and topic deletion have files of their own
+(test_alter_partition.py, test_controlled_shutdown.py, test_topic_deletion.py); the epoch rules
+are in test_epochs.py."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from actors.controller.messages import (
-    ControlledShutdown,
     ControllerConfig,
     DescribeCluster,
     RebalanceTick,
 )
-from actors.controller.states import PartitionState, ReplicaKey, ReplicaState
+from actors.controller.states import PartitionState
 from tests.unit.actors.controller.harness import (
+    BROKERS,
     HEARTBEAT_MS,
     SESSION_MS,
     ControllerHarness,
+    cluster,
+    kill,
     of_type,
 )
 from wire.errors import ErrorCode
 from wire.messages import (
     LEADER_AND_ISR_FULL,
     LEADER_AND_ISR_INCREMENTAL,
-    ControlledShutdownRequest,
     LeaderAndIsrRequest,
-    StopReplicaRequest,
     UpdateMetadataRequest,
 )
 from wire.topic import TopicPartition
-
-BROKERS = (0, 1, 2)
-
-
-@pytest.fixture
-async def harness(tmp_path: Path) -> AsyncIterator[ControllerHarness]:
-    h = ControllerHarness(tmp_path / "controller")
-    await h.start()
-    yield h
-    await h.stop()
-
-
-async def cluster(h: ControllerHarness, brokers: tuple[int, ...] = BROKERS) -> None:
-    for broker_id in brokers:
-        assert await h.register(broker_id) is ErrorCode.NONE
-    h.channels.take()
-
-
-async def kill(h: ControllerHarness, dead: int, alive: tuple[int, ...]) -> None:
-    """`dead` stops heartbeating; the others go on until the session has expired."""
-    await h.pass_time(SESSION_MS + 2 * HEARTBEAT_MS, alive=alive)
-
 
 # -- registration and liveness ---------------------------------------------------------------------
 
@@ -196,124 +175,6 @@ async def test_unclean_election_only_when_enabled_and_counted(tmp_path: Path) ->
         await harness.stop()
 
 
-# -- AlterPartition --------------------------------------------------------------------------------
-
-
-async def test_alter_partition_validates_and_bumps_only_the_partition_epoch(
-    harness: ControllerHarness,
-) -> None:
-    await cluster(harness)
-    await harness.create_topic("t", 1, 3, assignments=[[0, 1, 2]])
-    p = harness.partition("t")
-    harness.channels.take()
-
-    def code(response: object) -> ErrorCode:
-        result = response.topics[0].partitions[0]  # type: ignore[attr-defined]
-        return ErrorCode(result.error_code)
-
-    assert code(await harness.alter_isr("t", [0, 1], sender=1)) is ErrorCode.NOT_LEADER_OR_FOLLOWER
-    assert code(await harness.alter_isr("t", [0, 1], leader_epoch=p.leader_epoch + 1)) is (
-        ErrorCode.FENCED_LEADER_EPOCH
-    )
-    assert code(await harness.alter_isr("t", [0, 1], partition_epoch=p.partition_epoch - 1)) is (
-        ErrorCode.INVALID_UPDATE_VERSION
-    )
-    assert code(await harness.alter_isr("t", [1, 2])) is ErrorCode.INVALID_REQUEST  # no leader
-    stale = await harness.alter_isr("t", [0, 1], broker_epoch=harness.epochs[0] - 1)
-    assert stale.error is ErrorCode.STALE_BROKER_EPOCH
-    assert harness.partition("t") == p  # nothing changed
-    assert not harness.channels.take()
-
-    accepted = await harness.alter_isr("t", [0, 1])
-    result = accepted.topics[0].partitions[0]
-    assert (result.error_code, result.isr) == (0, [0, 1])
-    q = harness.partition("t")
-    assert (q.isr, q.leader_epoch, q.partition_epoch) == (
-        (0, 1),
-        p.leader_epoch,
-        p.partition_epoch + 1,
-    )
-    assert result.partition_epoch == q.partition_epoch
-    # Only UpdateMetadata goes out: the leader learned the result from the answer.
-    sent = harness.channels.take()
-    assert not of_type(sent, LeaderAndIsrRequest)
-    assert {s.broker_id for s in sent} == {0, 1, 2}
-
-
-async def test_a_fenced_or_shutting_down_broker_may_not_join_the_isr(
-    harness: ControllerHarness,
-) -> None:
-    await cluster(harness)
-    await harness.create_topic("t", 1, 3, assignments=[[0, 1, 2]])
-    await harness.alter_isr("t", [0, 1])
-    await kill(harness, 2, alive=(0, 1))
-    rejoin = await harness.alter_isr("t", [0, 1, 2])
-    assert rejoin.topics[0].partitions[0].error_code == ErrorCode.INELIGIBLE_REPLICA
-
-
-# -- controlled shutdown ---------------------------------------------------------------------------
-
-
-async def test_controlled_shutdown_moves_leadership_first(harness: ControllerHarness) -> None:
-    await cluster(harness)
-    await harness.create_topic("led", 1, 3, assignments=[[0, 1, 2]])
-    await harness.create_topic("followed", 1, 3, assignments=[[1, 0, 2]])
-    await harness.create_topic("single", 1, 1, assignments=[[0]])
-    harness.channels.take()
-    response = await harness.controller.ask(
-        ControlledShutdown(ControlledShutdownRequest(broker_id=0, broker_epoch=harness.epochs[0]))
-    )
-    assert response.error is ErrorCode.NONE
-    assert response.remaining_partitions == []  # RF=1 partitions do not count
-    led = harness.partition("led")
-    assert (led.leader, led.isr) == (1, (1, 2))
-    followed = harness.partition("followed")
-    assert (followed.leader, followed.isr) == (1, (1, 2))
-    assert harness.partition("single").leader == 0
-    sent = harness.channels.take()
-    (stop,) = of_type(sent, StopReplicaRequest, 0)
-    assert [(s.topic_name, s.delete_partition) for s in stop.partition_states] == [
-        ("followed", False)
-    ]
-    assert (
-        harness.controller.replica_states.state(ReplicaKey(TopicPartition("followed", 0), 0))
-        is ReplicaState.OFFLINE
-    )
-    # A shutting-down broker is not elected anywhere, and it cannot rejoin an ISR.
-    rejoin = await harness.alter_isr("led", [1, 2, 0])
-    assert rejoin.topics[0].partitions[0].error_code == ErrorCode.INELIGIBLE_REPLICA
-    # Its last heartbeat asks to shut down: fenced at once, no session timeout to wait for.
-    answer = await harness.heartbeat(0, want_shut_down=True)
-    assert answer.should_shut_down
-    status = await harness.controller.ask(DescribeCluster())
-    assert status.brokers[0].state == "fenced"
-    # It comes back as a new process right away.
-    assert await harness.register(0) is ErrorCode.NONE
-
-
-async def test_controlled_shutdown_with_no_other_isr_member_reports_the_partition(
-    harness: ControllerHarness,
-) -> None:
-    await cluster(harness)
-    await harness.create_topic("t", 1, 2, assignments=[[0, 1]])
-    await harness.alter_isr("t", [0])
-    response = await harness.controller.ask(
-        ControlledShutdown(ControlledShutdownRequest(broker_id=0, broker_epoch=harness.epochs[0]))
-    )
-    assert [(r.topic_name, r.partition_index) for r in response.remaining_partitions] == [("t", 0)]
-    stale = await harness.controller.ask(
-        ControlledShutdown(ControlledShutdownRequest(broker_id=1, broker_epoch=-5))
-    )
-    assert stale.error is ErrorCode.STALE_BROKER_EPOCH
-    # Once broker 1 is gone too, nothing could take the partition over: not reported, so the
-    # last broker of a cluster does not retry in vain.
-    await kill(harness, 1, alive=(0, 2))
-    last = await harness.controller.ask(
-        ControlledShutdown(ControlledShutdownRequest(broker_id=0, broker_epoch=harness.epochs[0]))
-    )
-    assert last.remaining_partitions == []
-
-
 # -- topics ----------------------------------------------------------------------------------------
 
 
@@ -387,65 +248,6 @@ async def test_create_existing_colliding_and_validate_only(harness: ControllerHa
     dry = await harness.create_topic("dry", 2, 3, validate_only=True)
     assert (dry.topics[0].error_code, dry.topics[0].num_partitions) == (0, 2)
     assert [t.name for t in harness.controller.model.topics()] == ["a.b"]
-
-
-async def test_delete_topic_waits_for_a_dead_replica_and_resumes_when_it_returns(
-    harness: ControllerHarness,
-) -> None:
-    await cluster(harness)
-    await harness.create_topic("gone", 1, 3, assignments=[[0, 1, 2]])
-    await kill(harness, 2, alive=(0, 1))
-    harness.channels.take()
-    response = await harness.delete_topics("gone", "never-was")
-    assert [r.error_code for r in response.responses] == [0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
-    sent = harness.channels.take()
-    # Brokers stop serving it at once (leader -2), then delete their replicas.
-    for broker_id in (0, 1):
-        (metadata,) = of_type(sent, UpdateMetadataRequest, broker_id)
-        assert [s.leader for s in metadata.partition_states] == [-2]
-        (stop,) = of_type(sent, StopReplicaRequest, broker_id)
-        assert stop.partition_states[0].delete_partition
-    assert harness.answer_stop_replicas(sent) == 2
-    await harness.settle()
-    tp = TopicPartition("gone", 0)
-    states = harness.controller.replica_states
-    assert states.state(ReplicaKey(tp, 0)) is ReplicaState.REPLICA_DELETION_SUCCESSFUL
-    assert states.state(ReplicaKey(tp, 2)) is ReplicaState.REPLICA_DELETION_INELIGIBLE
-    assert harness.controller.model.topic_by_name("gone") is not None  # still waiting
-    # Broker 2 returns: its replica is deleted too, and the topic is gone.
-    assert await harness.register(2) is ErrorCode.NONE
-    sent = harness.channels.take()
-    (stop,) = of_type(sent, StopReplicaRequest, 2)
-    (full,) = of_type(sent, LeaderAndIsrRequest, 2)
-    assert full.partition_states == []  # the deleting topic is not hosted any more
-    assert harness.answer_stop_replicas(sent) == 1
-    await harness.settle()
-    assert harness.controller.model.topic_by_name("gone") is None
-    assert tp not in harness.controller.partition_states
-    assert await harness.create_topic("gone", 1, 1) is not None
-
-
-async def test_a_stale_answer_to_a_resent_stop_replica_counts_as_deleted(
-    harness: ControllerHarness,
-) -> None:
-    await cluster(harness, (0,))
-    await harness.create_topic("a", 1, 1)
-    await harness.create_topic("b", 1, 1)
-    harness.channels.take()
-    await harness.delete_topics("a")
-    # First copy: a stale-epoch answer means the broker refused it; the replica is not deleted.
-    assert harness.answer_stop_replicas(
-        harness.channels.take(), error=ErrorCode.STALE_CONTROLLER_EPOCH
-    )
-    await harness.settle()
-    assert harness.controller.model.topic_by_name("a") is not None
-    await harness.delete_topics("b")
-    # A resent copy answered stale: its earlier copy was applied.
-    assert harness.answer_stop_replicas(
-        harness.channels.take(), error=ErrorCode.STALE_CONTROLLER_EPOCH, attempts=2
-    )
-    await harness.settle()
-    assert harness.controller.model.topic_by_name("b") is None
 
 
 # -- preferred leaders -----------------------------------------------------------------------------

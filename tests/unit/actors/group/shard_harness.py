@@ -41,14 +41,27 @@ CONFIG = GroupCoordinatorConfig(
 
 class MemoryOffsetsLog:
     """One partition's log in memory: batches get offsets on append; reads return up to the
-    high watermark (everything appended, or less while `hold_hw` is set)."""
+    high watermark (everything appended, or less while `hold_hw` is set).
+
+    What a loading shard can meet is scripted: `hold_hw` (a new leader whose HW is still below
+    its log end: `wait_committed` gives up with OFFSET_NOT_AVAILABLE, as the broker's does after
+    its polls), `read_error_from` / `read_error` (reads from that offset fail, as a storage error
+    or a lost leadership answers), `committed_gates` (a partition's `wait_committed` waits for its
+    event, as the broker's polls while the HW catches up) and `read_gate` (every read waits)."""
 
     def __init__(self) -> None:
         self.log = bytearray()
         self.next_offset = 0
         self.fail_with = ErrorCode.NONE
         self.read_gate: asyncio.Event | None = None
+        self.committed_gates: dict[int, asyncio.Event] = {}
+        self.hold_hw: int | None = None
+        self.read_error_from: int | None = None
+        self.read_error = ErrorCode.KAFKA_STORAGE_ERROR
         self.appends = 0
+        self.committed_waits = 0  # calls of wait_committed: one per load attempt
+        self.failed_reads = 0
+        self.blocked_loads = 0  # loads parked in wait_committed or a read right now
 
     async def append(self, partition: int, records: bytes) -> ErrorCode:
         await asyncio.sleep(0)  # replication takes a loop turn at least
@@ -62,23 +75,41 @@ class MemoryOffsetsLog:
         self.appends += 1
         return ErrorCode.NONE
 
-    async def wait_committed(self, partition: int) -> None:
-        """Everything appended here is committed at once."""
+    async def wait_committed(self, partition: int) -> ErrorCode:
+        """Committed at once, unless the partition is gated or its HW is held back."""
+        self.committed_waits += 1
+        gate = self.committed_gates.get(partition)
+        if gate is not None:
+            await self._blocked(gate)
+        return ErrorCode.NONE if self.hold_hw is None else ErrorCode.OFFSET_NOT_AVAILABLE
 
     async def read(self, partition: int, offset: int, max_bytes: int) -> LogChunk | ErrorCode:
         if self.read_gate is not None:
-            await self.read_gate.wait()
+            await self._blocked(self.read_gate)
+        if self.read_error_from is not None and offset >= self.read_error_from:
+            self.failed_reads += 1
+            return self.read_error
+        high_watermark = self.next_offset if self.hold_hw is None else self.hold_hw
         data = bytes(self.log)
         chunk = bytearray()
         next_offset = offset
         for position, header in iter_batches(data):
             if header.last_offset < offset:
                 continue
+            if header.last_offset >= high_watermark:
+                break
             if chunk and len(chunk) + header.size_bytes > max_bytes:
                 break
             chunk += data[position : position + header.size_bytes]
             next_offset = header.last_offset + 1
-        return LogChunk(bytes(chunk), next_offset, self.next_offset, 0)
+        return LogChunk(bytes(chunk), next_offset, high_watermark, 0)
+
+    async def _blocked(self, gate: asyncio.Event) -> None:
+        self.blocked_loads += 1
+        try:
+            await gate.wait()
+        finally:
+            self.blocked_loads -= 1
 
 
 async def until(condition: Callable[[], bool], what: str) -> None:
@@ -87,6 +118,12 @@ async def until(condition: Callable[[], bool], what: str) -> None:
             return
         await asyncio.sleep(0)
     raise AssertionError(f"never happened: {what} (seed={SEED})")
+
+
+async def turns(count: int = 100) -> None:
+    """Let the loop run `count` turns: for asserting that something did NOT happen."""
+    for _ in range(count):
+        await asyncio.sleep(0)
 
 
 async def result(future: asyncio.Future[T]) -> T:

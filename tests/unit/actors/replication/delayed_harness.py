@@ -35,6 +35,7 @@ TP0 = TopicPartition("orders", 0)
 TP1 = TopicPartition("orders", 1)
 TP2 = TopicPartition("audit", 0)
 EPOCH = 5
+LEADERSHIP = 1  # the leadership every leader_view and appended status belong to by default
 RECORD_BYTES = 100  # every test record takes 100 bytes of its segment
 
 
@@ -50,6 +51,7 @@ def leader_view(
     leo: LogOffsetMetadata | int | None = None,
     epoch: int = EPOCH,
     isr: tuple[int, ...] = (0, 1, 2),
+    leadership: int = LEADERSHIP,
 ) -> PartitionView:
     hw_meta = at(hw) if isinstance(hw, int) else hw
     leo_meta = hw_meta if leo is None else at(leo) if isinstance(leo, int) else leo
@@ -67,6 +69,7 @@ def leader_view(
         log_end_offset=leo_meta,
         log_start_offset=0,
         leader_epoch_start_offset=0,
+        leadership=leadership,
     )
 
 
@@ -120,12 +123,12 @@ class Cluster:
 
 
 def appended(
-    tp: TopicPartition, base: int, count: int, *, min_isr: int = 2, epoch: int = EPOCH
+    tp: TopicPartition, base: int, count: int, *, min_isr: int = 2, leadership: int = LEADERSHIP
 ) -> ProducePartitionStatus:
     return ProducePartitionStatus(
         topic_partition=tp,
         required_offset=base + count,
-        leader_epoch=epoch,
+        leadership=leadership,
         min_insync_replicas=min_isr,
         base_offset=base,
         log_start_offset=0,

@@ -1,10 +1,12 @@
 """DelayedProduce on the purgatory, driven by hand-built PartitionViews and a ManualClock
 (tests/unit/actors/replication/delayed_harness.py): completion when every partition reaches its
-offset, leadership loss, min.insync.replicas after the append, expiry, exactly-once answers under
-random interleavings, and the response's shape."""
+offset, leadership loss (but not a leader-epoch bump under the same leadership), min.insync.replicas
+after the append, expiry, exactly-once answers under random interleavings, and the response's
+shape."""
 
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import replace
 
@@ -19,6 +21,7 @@ from actors.views import Role
 from runtime.clock import ManualClock
 from tests.unit.actors.replication.delayed_harness import (
     EPOCH,
+    LEADERSHIP,
     TP0,
     TP1,
     TP2,
@@ -65,11 +68,11 @@ async def test_produce_already_satisfied_completes_without_watching() -> None:
     "change",
     [
         {"role": Role.FOLLOWER, "leader_id": 1},
-        {"leader_epoch": EPOCH + 1},
         {"gone": True},
+        {"role": Role.STOPPED},
         {"role": Role.OFFLINE},
     ],
-    ids=["became-follower", "new-epoch", "replica-removed", "offline"],
+    ids=["became-follower", "replica-removed", "stopped", "offline"],
 )
 async def test_produce_completes_on_leadership_loss(change: dict[str, object]) -> None:
     cluster = Cluster(ManualClock())
@@ -82,14 +85,29 @@ async def test_produce_completes_on_leadership_loss(change: dict[str, object]) -
     assert responses.errors() == {TP0: ErrorCode.NOT_LEADER_OR_FOLLOWER, TP1: ErrorCode.NONE}
 
 
-async def test_produce_regained_leadership_under_new_epoch_is_not_acknowledged() -> None:
-    """Leader at epoch 5, follower, leader again at 7 with a high watermark past the offset: the
-    appended batch may have been truncated in between, so the answer is not NONE."""
+async def test_produce_waits_through_a_leader_epoch_bump_while_leading() -> None:
+    """The controller bumps the leader epoch (a replica left the replica set) but this broker
+    stays leader: Kafka's DelayedProduce never compares epochs, so the produce keeps waiting and
+    is acknowledged when the high watermark reaches it."""
     cluster = Cluster(ManualClock())
     cluster.publish(leader_view(TP0, hw=0))
     op, responses = produce(cluster, [appended(TP0, 0, 3)])
     assert not cluster.ops.watch_produce(op)
-    cluster.publish(leader_view(TP0, hw=10, epoch=EPOCH + 2))
+    assert cluster.change(TP0, leader_epoch=EPOCH + 1, isr=(0, 1), maximal_isr=(0, 1)) == 0
+    assert op.pending_partitions == (TP0,), "still leader: the produce still waits"
+    assert cluster.advance_hw(TP0, 3) == 1
+    assert responses.errors() == {TP0: ErrorCode.NONE}
+
+
+async def test_produce_from_an_earlier_leadership_is_not_acknowledged() -> None:
+    """Leader, deposed and re-elected between two checks (never seen as follower here), with a
+    high watermark past the offset: the appended batch may have been truncated in between, so
+    the answer is not NONE."""
+    cluster = Cluster(ManualClock())
+    cluster.publish(leader_view(TP0, hw=0))
+    op, responses = produce(cluster, [appended(TP0, 0, 3)])
+    assert not cluster.ops.watch_produce(op)
+    cluster.publish(leader_view(TP0, hw=10, epoch=EPOCH + 2, leadership=LEADERSHIP + 1))
     assert cluster.advance_hw(TP0, 10) == 1
     assert responses.errors() == {TP0: ErrorCode.NOT_LEADER_OR_FOLLOWER}
 
@@ -168,6 +186,7 @@ async def test_produce_random_interleavings_answer_each_request_once(seed: int) 
     cluster = Cluster(clock)
     tps = [TP0, TP1, TP2]
     leo = dict.fromkeys(tps, 0)
+    leaderships = itertools.count(LEADERSHIP + 1)
     for tp in tps:
         cluster.publish(leader_view(tp, hw=0))
     requests: list[tuple[DelayedProduce, Responses, list[ProducePartitionStatus], int]] = []
@@ -181,7 +200,7 @@ async def test_produce_random_interleavings_answer_each_request_once(seed: int) 
                 if view.role is not Role.LEADER:
                     continue
                 count = rng.randint(1, 4)
-                statuses.append(appended(tp, leo[tp], count, epoch=view.leader_epoch, min_isr=1))
+                statuses.append(appended(tp, leo[tp], count, leadership=view.leadership, min_isr=1))
                 leo[tp] += count
             if statuses:
                 timeout_ms = rng.randint(1, 30)
@@ -197,11 +216,18 @@ async def test_produce_random_interleavings_answer_each_request_once(seed: int) 
         elif action < 0.8:
             tp = rng.choice(tps)
             view = cluster.views[tp]
-            if view.role is Role.LEADER:
+            if view.role is Role.LEADER and rng.random() < 0.5:
+                # A leader-epoch bump under the same leadership: waiting produces keep waiting.
+                cluster.change(tp, leader_epoch=view.leader_epoch + 1)
+            elif view.role is Role.LEADER:
                 cluster.change(tp, role=Role.FOLLOWER, leader_id=1)
             else:
                 cluster.change(
-                    tp, role=Role.LEADER, leader_id=0, leader_epoch=view.leader_epoch + 1
+                    tp,
+                    role=Role.LEADER,
+                    leader_id=0,
+                    leader_epoch=view.leader_epoch + 1,
+                    leadership=next(leaderships),
                 )
         else:
             clock.advance(rng.randint(1, 10))
@@ -226,7 +252,7 @@ def replayed_answer(
     for view in at_creation + later:
         if view is None or view.role is not Role.LEADER:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
-        if view.leader_epoch != status.leader_epoch:
+        if view.leadership != status.leadership:  # leader epochs are never compared
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         if view.high_watermark.message_offset >= status.required_offset:
             return ErrorCode.NONE  # min.insync.replicas is 1 here

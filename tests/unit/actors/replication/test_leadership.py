@@ -20,9 +20,11 @@ def test_role_table_rejects_illegal_moves() -> None:
     assert next_role(Role.NONE, Role.FOLLOWER) is Role.FOLLOWER
     assert next_role(Role.LEADER, Role.LEADER) is Role.LEADER
     assert next_role(Role.FOLLOWER, Role.OFFLINE) is Role.OFFLINE
-    for target in Role:
-        with pytest.raises(IllegalRoleTransitionError):
-            next_role(Role.OFFLINE, target)
+    assert next_role(Role.LEADER, Role.STOPPED) is Role.STOPPED
+    for final in (Role.OFFLINE, Role.STOPPED):
+        for target in Role:
+            with pytest.raises(IllegalRoleTransitionError):
+                next_role(final, target)
     with pytest.raises(IllegalRoleTransitionError):
         next_role(Role.LEADER, Role.NONE)
 
@@ -55,6 +57,7 @@ def test_leader_and_isr_fence_orders_by_leader_then_partition_epoch(
         (Role.FOLLOWER, 5, True, ErrorCode.NOT_LEADER_OR_FOLLOWER),
         (Role.FOLLOWER, 4, False, ErrorCode.FENCED_LEADER_EPOCH),  # the epoch is checked first
         (Role.NONE, NO_EPOCH, False, ErrorCode.NOT_LEADER_OR_FOLLOWER),
+        (Role.STOPPED, NO_EPOCH, False, ErrorCode.NOT_LEADER_OR_FOLLOWER),
         (Role.OFFLINE, NO_EPOCH, False, ErrorCode.NOT_LEADER_OR_FOLLOWER),
     ],
 )

@@ -119,6 +119,43 @@ async def test_deposed_leader_refuses_appends_at_once_and_keeps_its_log(
     assert leader.listener.events[-1] == "leadership"
 
 
+async def test_leadership_survives_a_leader_epoch_bump_and_changes_when_leading_again(
+    brokers: Brokers,
+) -> None:
+    """PartitionView.leadership, which a waiting acks=all produce compares: the same through a
+    leader-epoch bump while leading, a new value once the broker was deposed and re-elected (and
+    never one an earlier actor of the partition had)."""
+    leader = await brokers.open(1)
+    await leader.actor.ask(BecomeLeader(state(1, 0, (1, 2, 3))))
+    first = leader.actor.view.leadership
+    appended = await produce(leader, 1)
+    assert appended.leadership == first
+    # The controller removed replica 3 from the replica set: a new leader epoch, same leader.
+    bumped = await leader.actor.ask(BecomeLeader(state(1, 1, (1, 2), 1, replicas=(1, 2))))
+    assert not bumped.changed
+    assert (leader.actor.view.leader_epoch, leader.actor.view.leadership) == (1, first)
+    await leader.actor.ask(BecomeFollower(state(2, 2, (1, 2), 2, replicas=(1, 2))))
+    await leader.actor.ask(BecomeLeader(state(1, 3, (1, 2), 3, replicas=(1, 2))))
+    second = leader.actor.view.leadership
+    assert second != first
+    replaced = await brokers.restart(leader)
+    await replaced.actor.ask(BecomeLeader(state(1, 4, (1, 2), 4, replicas=(1, 2))))
+    assert replaced.actor.view.leadership not in (first, second)
+
+
+async def test_a_stopped_replica_serves_nothing_and_keeps_its_epochs(brokers: Brokers) -> None:
+    leader = await brokers.open(1)
+    await leader.actor.ask(BecomeLeader(state(1, 4, (1, 2), 2)))
+    await produce(leader, 2)
+    await follower_fetch(leader, 2, 2)
+    await leader.actor.stop()
+    view = leader.actor.view
+    assert view.role is Role.STOPPED
+    assert (view.leader_epoch, view.partition_epoch) == (4, 2), "StopReplica's fence reads them"
+    assert view.log_end_offset.message_offset == 2
+    assert leader.listener.events[-1] == "leadership", "waiting produces and fetches re-check"
+
+
 async def test_follower_with_new_epoch_under_same_leader_reports_a_change(
     brokers: Brokers,
 ) -> None:

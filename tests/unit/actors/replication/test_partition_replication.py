@@ -119,21 +119,38 @@ async def test_single_replica_isr_advances_hw_at_once_despite_followers(
     assert hw(leader) == 4
 
 
-async def test_pending_expansion_counts_the_joiner_for_hw_and_acks_all(
+async def test_pending_expansion_counts_the_joiner_for_the_hw(
     brokers: Brokers, clock: ManualClock
 ) -> None:
     leader = await leader_of_three(brokers, isr=(1,))
     await produce(leader, 2)
     await follower_fetch(leader, 2, 2)  # proposes ISR (1, 2)
     assert leader.actor.view.maximal_isr == (1, 2)
-    # acks=all counts the maximal ISR: two members while the expansion is in flight.
-    result = await leader.actor.ask(AppendAsLeader(batch(3, tag=1), -1, min_insync_replicas=2))
-    assert result.error is ErrorCode.NONE
+    await produce(leader, 3, tag=1)
     clock.advance(10 * LAG_MS)  # replica 2 is no longer "caught up" by time ...
     await produce(leader, 1, tag=2)
     assert hw(leader) == 2, "... but as a member of the maximal ISR it still holds the HW"
     await follower_fetch(leader, 2, 6)
     assert hw(leader) == 6
+
+
+async def test_acks_all_append_counts_the_committed_isr_while_an_expansion_is_pending(
+    brokers: Brokers,
+) -> None:
+    """min.insync.replicas before an append counts the committed ISR, as Kafka's
+    appendRecordsToLeader does: the controller may still refuse the joiner, and the write would
+    then have been admitted on too few replicas. (The maximal ISR still counts for the HW.)"""
+    leader = await leader_of_three(brokers, isr=(1,))
+    await produce(leader, 2)
+    await follower_fetch(leader, 2, 2)  # proposes ISR (1, 2)
+    assert (leader.actor.view.isr, leader.actor.view.maximal_isr) == ((1,), (1, 2))
+    refused = await leader.actor.ask(AppendAsLeader(batch(3, tag=1), -1, min_insync_replicas=2))
+    assert refused.error is ErrorCode.NOT_ENOUGH_REPLICAS
+    assert leader.actor.view.log_end_offset.message_offset == 2, "nothing was appended"
+    leader.sink.accept(partition_epoch=1)
+    await settle(lambda: leader.actor.view.isr == (1, 2))
+    accepted = await leader.actor.ask(AppendAsLeader(batch(3, tag=1), -1, min_insync_replicas=2))
+    assert accepted.error is ErrorCode.NONE
 
 
 # -- ISR shrink ---------------------------------------------------------------------------------
@@ -267,26 +284,52 @@ async def test_rejected_proposal_reverts_to_committed_isr_and_is_proposed_again(
         assert len(leader.sink.submitted) == submitted + 1, error
 
 
-@pytest.mark.parametrize(
-    "error",
-    [ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.INVALID_UPDATE_VERSION],
-)
-async def test_outdated_leader_keeps_the_proposal_pending_until_leader_and_isr(
-    brokers: Brokers, error: ErrorCode
+async def test_refused_proposal_gives_way_to_the_committed_state_the_controller_pushes(
+    brokers: Brokers,
 ) -> None:
+    """The controller refuses a proposal built on an outdated partition epoch and pushes its
+    committed state (same leader epoch, newer partition epoch) in a LeaderAndIsr: the leader
+    drops the proposal, takes the committed ISR and is free to propose again; it is not frozen
+    until some unrelated LeaderAndIsr comes."""
+    leader = await leader_of_three(brokers, isr=(1, 3))
+    await produce(leader, 2)
+    await follower_fetch(leader, 3, 2)
+    await follower_fetch(leader, 2, 2)  # proposes (1, 3, 2) at partition epoch 0 ...
+    first = leader.sink.last
+    assert (first.new_isr, first.partition_epoch) == ((1, 3, 2), 0)
+    # ... but the controller had meanwhile removed replica 3 (partition epoch 1).
+    leader.sink.fail(ErrorCode.INVALID_UPDATE_VERSION)
+    await leader.actor.ask(GetView())  # the answer was queued before this: it has been handled
+    # Kafka's rule: this leader's view is outdated, so it proposes nothing more until newer
+    # state arrives (the maximal ISR still counts replica 2).
+    assert pending(leader)
+    await follower_fetch(leader, 2, 2)
+    assert len(leader.sink.submitted) == 1
+    pushed = await leader.actor.ask(BecomeLeader(state(1, 0, (1,), 1)))
+    assert (pushed.error, pushed.changed) == (ErrorCode.NONE, False), "still the same leadership"
+    view = leader.actor.view
+    assert not pending(leader)
+    assert (view.isr, view.maximal_isr, view.partition_epoch) == ((1,), (1,), 1)
+    await follower_fetch(leader, 2, 2)
+    again = leader.sink.last
+    assert (again.new_isr, again.leader_epoch, again.partition_epoch) == ((1, 2), 0, 1)
+
+
+async def test_repeat_answered_with_the_current_state_commits_the_proposal(
+    brokers: Brokers,
+) -> None:
+    """The first copy of a proposal was applied but its answer was lost; the resent copy is
+    answered NONE with the partition's current state (same leader epoch, a newer partition
+    epoch): the leader commits it and goes on changing its ISR."""
     leader = await leader_of_three(brokers, isr=(1,))
     await produce(leader, 2)
     await follower_fetch(leader, 2, 2)
-    leader.sink.fail(error)
-    await leader.actor.ask(GetView())  # the answer was queued before this: it has been handled
-    # Kafka's rule: this leader's view is stale, so it proposes nothing more (the maximal ISR
-    # still counts replica 2) until the controller's newer state arrives.
-    assert pending(leader)
-    await follower_fetch(leader, 3, 2)
-    assert len(leader.sink.submitted) == 1
-    await leader.actor.ask(BecomeLeader(state(1, 0, (1, 2), 1)))
-    assert not pending(leader)
-    assert leader.actor.view.isr == (1, 2)
+    leader.sink.fail(ErrorCode.REQUEST_TIMED_OUT)  # the sink gave up on the first attempt
+    await settle(lambda: len(leader.sink.submitted) == 2)
+    leader.sink.accept(partition_epoch=1)  # the controller: already applied, here is the state
+    await settle(lambda: not pending(leader))
+    view = leader.actor.view
+    assert (view.isr, view.partition_epoch) == ((1, 2), 1)
     await follower_fetch(leader, 3, 2)
     assert leader.sink.last.new_isr == (1, 2, 3)
     assert leader.sink.last.partition_epoch == 1

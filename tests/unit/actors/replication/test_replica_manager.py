@@ -1,11 +1,13 @@
 """ReplicaManager control plane on one broker: LeaderAndIsr outcomes (seed 002 with DESIGN.md's
-fixes), followers' fetchers waiting for the leader's endpoint, StopReplica, UpdateMetadata, and
-the periodic ISR-expiration and HW-checkpoint tasks on a ManualClock."""
+fixes), followers' fetchers waiting for the leader's endpoint, StopReplica, UpdateMetadata
+(brokers in controlled shutdown included), the leadership hook, and the periodic ISR-expiration
+and HW-checkpoint tasks on a ManualClock."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from tests.unit.actors.replication.replica_manager_harness import (
     Broker,
     advance,
     batch,
+    broker_entry,
     close_broker,
     fetch_request,
     only_fetch_answer,
@@ -36,6 +39,9 @@ from tests.unit.actors.replication.replica_manager_harness import (
 from wire.errors import ErrorCode
 from wire.messages import (
     LEADER_AND_ISR_FULL,
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
     TopicConfigEntry,
     TopicConfigs,
     UpdateMetadataPartitionState,
@@ -212,20 +218,66 @@ async def test_stop_replica_with_delete_removes_the_log(broker: Broker) -> None:
     assert fetched.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
-async def test_stop_replica_without_delete_keeps_the_log(broker: Broker) -> None:
-    await broker.leader_and_isr(partition_state(BROKER_ID, 1, [BROKER_ID]))
+async def list_offset_error(broker: Broker) -> ErrorCode:
+    response = await broker.path.list_offsets(
+        ListOffsetsRequest(
+            topics=[
+                ListOffsetsTopic(
+                    name=TP.topic,
+                    partitions=[ListOffsetsPartition(partition_index=TP.partition, timestamp=-1)],
+                )
+            ]
+        )
+    )
+    return ErrorCode(response.topics[0].partitions[0].error_code)
+
+
+async def test_stop_replica_without_delete_keeps_the_partition_hosted_not_leader_or_follower(
+    broker: Broker,
+) -> None:
+    """Kafka keeps a partition stopped without delete hosted while its log stays: clients get
+    NOT_LEADER_OR_FOLLOWER (refresh metadata, retry), not UNKNOWN_TOPIC_OR_PARTITION."""
+    await broker.update_metadata(update_metadata(REPLICAS))
+    await broker.leader_and_isr(partition_state(BROKER_ID, 1, REPLICAS, replicas=REPLICAS))
     await broker.path.produce(produce_request(batch(2), acks=1))
+    waiting = asyncio.create_task(broker.path.produce(produce_request(batch(), acks=-1)))
+    await settle(lambda: broker.delayed.delayed[0] == 1)
     response = await broker.stop_replica(delete=False)
     assert errors_of(response) == [ErrorCode.NONE]
-    assert broker.manager.partition(TP) is None
+    await settle(waiting.done)
+    assert only_produce_answer(waiting.result()).error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    stopped = broker.manager.partition(TP)
+    assert stopped is not None, "still routed"
+    assert stopped.view.role is Role.STOPPED
+    produced = only_produce_answer(await broker.path.produce(produce_request(batch(), acks=1)))
+    assert produced.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    fetched = only_fetch_answer(await broker.path.fetch(fetch_request(0)))
+    assert fetched.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert await list_offset_error(broker) is ErrorCode.NOT_LEADER_OR_FOLLOWER
     kept = broker.log_manager.get_log(TP)
     assert kept is not None
-    assert kept.log_end_offset == 2
-    # Hosting it again picks the same log up.
+    assert kept.log_end_offset == 3
+    # Hosting it again picks the same log up, in a new actor.
     await broker.leader_and_isr(partition_state(BROKER_ID, 2, [BROKER_ID]))
     actor = broker.manager.partition(TP)
     assert actor is not None
-    assert actor.view.log_end_offset.message_offset == 2
+    assert actor is not stopped
+    assert actor.view.role is Role.LEADER
+    assert actor.view.log_end_offset.message_offset == 3
+
+
+async def test_stop_replica_with_delete_after_a_stop_without_unroutes_the_partition(
+    broker: Broker,
+) -> None:
+    await broker.leader_and_isr(partition_state(BROKER_ID, 1, [BROKER_ID]))
+    await broker.stop_replica(delete=False)
+    assert TP in broker.manager.routes
+    assert broker.manager.partition_counts().partitions == 1
+    assert errors_of(await broker.stop_replica(delete=True)) == [ErrorCode.NONE]
+    assert TP not in broker.manager.routes
+    assert broker.log_manager.get_log(TP) is None
+    fetched = only_fetch_answer(await broker.path.fetch(fetch_request(0)))
+    assert fetched.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
 async def test_full_leader_and_isr_stops_unlisted_partitions_and_keeps_their_logs(
@@ -345,6 +397,85 @@ async def test_update_metadata_deleting_a_partition_stops_it(broker: Broker) -> 
     await broker.update_metadata(update_metadata([BROKER_ID], [deleting]))
     assert broker.manager.partition(TP) is None
     assert broker.deletions == [[TP]], "the group coordinator's hook hears of it"
+
+
+async def test_a_broker_in_controlled_shutdown_neither_joins_the_isr_nor_holds_back_the_hw(
+    broker: Broker,
+) -> None:
+    """KIP-841 on the leader: the controller refuses to add a shutting-down broker to an ISR, so
+    the leader must not propose it (again on every fetch), and such a replica, however caught
+    up, must not hold back the HW from outside the ISR."""
+    leaving = dataclasses.replace(broker_entry(2), in_controlled_shutdown=True)
+    request = update_metadata((0, 1))
+    await broker.update_metadata(
+        dataclasses.replace(request, live_brokers=[*request.live_brokers, leaving])
+    )
+    await broker.leader_and_isr(partition_state(BROKER_ID, 1, [0, 1], replicas=REPLICAS))
+    await broker.path.produce(produce_request(batch(2), acks=1))
+    await broker.follower_fetch(1, 2, epoch=1)
+    await broker.follower_fetch(2, 2, epoch=1)  # replica 2 caught up: would join the ISR
+    await broker.path.produce(produce_request(batch(2, tag=1), acks=1))
+    await broker.follower_fetch(1, 4, epoch=1)
+    actor = broker.manager.partition(TP)
+    assert actor is not None
+    assert broker.sink.submitted == [], "no expansion the controller would refuse"
+    assert actor.view.maximal_isr == (0, 1)
+    assert actor.view.high_watermark.message_offset == 4, "replica 2 (at 2) holds nothing back"
+    # Its shutdown is over (the flag is gone): its next fetch proposes it.
+    await broker.update_metadata(update_metadata(REPLICAS))
+    await broker.follower_fetch(2, 4, epoch=1)
+    assert broker.sink.last.new_isr == (0, 1, 2)
+
+
+# -- the leadership hook -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("delete", [False, True], ids=["stop", "delete"])
+async def test_stop_replica_of_a_led_partition_reports_it_no_longer_led(
+    broker: Broker, delete: bool
+) -> None:
+    """The group coordinator unloads a shard only when told (Kafka resigns on StopReplica)."""
+    other = TopicPartition(TP.topic, TP.partition + 1)
+    await broker.update_metadata(update_metadata(REPLICAS))
+    await broker.leader_and_isr(
+        partition_state(BROKER_ID, 1, [BROKER_ID]),
+        partition_state(1, 1, [1, 0], replicas=REPLICAS, tp=other),
+    )
+    assert broker.leadership_changes == [([TP], [other])]
+    await broker.stop_replica(delete=delete)
+    assert broker.leadership_changes[-1] == ([], [TP])
+    await broker.stop_replica(delete=delete, tp=other)
+    assert len(broker.leadership_changes) == 2, "a follower was not led: nothing to report"
+
+
+async def test_a_stray_led_partition_is_reported_no_longer_led(broker: Broker) -> None:
+    other = TopicPartition(TP.topic, TP.partition + 1)
+    await broker.leader_and_isr(partition_state(BROKER_ID, 1, [BROKER_ID]))
+    await broker.leader_and_isr(
+        partition_state(BROKER_ID, 1, [BROKER_ID], tp=other), request_type=LEADER_AND_ISR_FULL
+    )
+    assert broker.leadership_changes == [([TP], []), ([], [TP]), ([other], [])]
+
+
+async def test_a_log_failure_reports_the_partition_no_longer_led(broker: Broker) -> None:
+    await broker.leader_and_isr(partition_state(BROKER_ID, 1, [BROKER_ID]))
+    await broker.path.produce(produce_request(batch(), acks=1))
+    partition_log = broker.log_manager.get_log(TP)
+    assert partition_log is not None
+    segment = partition_log.active_segment
+    # The disk "fails" (as in test_request_path.py): the next write raises OSError (EBADF).
+    read_only = os.open(segment.log_path, os.O_RDONLY)
+    try:
+        os.dup2(read_only, segment._fd)
+    finally:
+        os.close(read_only)
+    failed = only_produce_answer(await broker.path.produce(produce_request(batch(), acks=1)))
+    assert failed.error_code == ErrorCode.KAFKA_STORAGE_ERROR
+    await settle(lambda: len(broker.leadership_changes) == 2)
+    assert broker.leadership_changes[-1] == ([], [TP])
+    actor = broker.manager.partition(TP)
+    assert actor is not None
+    assert actor.view.role is Role.OFFLINE
 
 
 # -- periodic tasks ----------------------------------------------------------------------------

@@ -102,6 +102,28 @@ async def test_acks_all_completes_when_follower_fetches_advance_the_hw(broker: B
     assert broker.clock.monotonic_ms() == 0
 
 
+async def test_acks_all_waits_through_a_leader_epoch_bump_while_this_broker_leads(
+    broker: Broker,
+) -> None:
+    """The controller takes replica 2 out of the replica set, which bumps the leader epoch, but
+    this broker stays leader: the waiting produce is acknowledged once the HW reaches it, as
+    Kafka's DelayedProduce (which never compares epochs) does; it is not failed and retried."""
+    await lead_rf3(broker)
+    produce = asyncio.create_task(broker.path.produce(produce_request(batch(2), acks=-1)))
+    await settle(lambda: broker.delayed.delayed[0] == 1)
+    await broker.follower_fetch(1, 2, epoch=EPOCH)  # replica 2 never fetches: it holds the HW
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not produce.done()
+    response = await broker.leader_and_isr(
+        partition_state(BROKER_ID, EPOCH + 1, [0, 1], replicas=(0, 1), partition_epoch=1)
+    )
+    assert response.partition_errors[0].error_code == 0
+    await settle(produce.done)
+    answer = only_produce_answer(produce.result())
+    assert (answer.error_code, answer.base_offset) == (ErrorCode.NONE, 0)
+
+
 async def test_acks_all_times_out_without_the_followers(broker: Broker) -> None:
     await lead_rf3(broker)
     produce = asyncio.create_task(

@@ -70,6 +70,9 @@ async def test_a_new_process_registers_with_a_new_incarnation(env: Env) -> None:
     [(_, one), (_, two)] = env.controller.registrations
     assert one.incarnation_id != two.incarnation_id
     assert second.broker_epoch == FIRST_EPOCH + 1
+    # Same log dirs, same identities: the new process says it holds the old one's data.
+    assert one.log_dirs == two.log_dirs == list(second.log_manager.directory_ids())
+    assert len(one.log_dirs) == len(second.config.log.log_dirs) >= 1
     await env.drive(second.stop())
 
 
