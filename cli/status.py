@@ -58,6 +58,7 @@ from client.errors import RequestTimeoutError
 from node.broker.config import BrokerConfig, known_properties, property_defaults
 from node.layout import CLUSTER_JSON_NAME
 from runtime.config import ConfigError, EffectiveConfig, Value, parse_override, resolve
+from runtime.log.meta_properties import directory_id_text
 from runtime.net.transport import Address
 from wire.errors import ErrorCode
 from wire.messages import DescribeClusterRequest, DescribeClusterResponse
@@ -85,6 +86,7 @@ class BrokerStatus:
     host: str
     port: int
     state: str
+    offline_log_dirs: tuple[str, ...] = ()  # failed log directories' ids, in Kafka's text form
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +200,13 @@ def cluster_status(
             epoch=response.controller_epoch,
         ),
         brokers=tuple(
-            BrokerStatus(b.broker_id, b.host, b.port, b.state)
+            BrokerStatus(
+                b.broker_id,
+                b.host,
+                b.port,
+                b.state,
+                tuple(directory_id_text(d) for d in b.offline_log_dirs),
+            )
             for b in sorted(response.brokers, key=lambda b: b.broker_id)
         ),
         offline_partitions=response.offline_partitions,
@@ -233,10 +241,11 @@ def _print_status(status: ClusterStatus) -> None:
         else f"at {Address(controller.host, controller.port or 0)}"
     )
     out.print(f"Controller {controller.id} (epoch {controller.epoch}), {where}")
-    table = Table("Broker", "Host", "Port", "State")
+    table = Table("Broker", "Host", "Port", "State", "Offline log dirs")
     for broker in status.brokers:
         state = broker.state if broker.state == "running" else f"[bold]{broker.state}[/bold]"
-        table.add_row(str(broker.id), broker.host, str(broker.port), state)
+        offline = ", ".join(broker.offline_log_dirs) or "-"
+        table.add_row(str(broker.id), broker.host, str(broker.port), state, offline)
     out.print(table)
     out.print(f"Offline partitions: {status.offline_partitions}")
 

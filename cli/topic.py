@@ -17,7 +17,7 @@ describe Metadata for the topic (leader, leader epoch, replicas, ISR per partiti
         watermark, the end of what consumers may read. A partition without a leader, or whose
         leader does not answer, shows `high_watermark` null. `--json` is DESIGN.md's shape:
         {"topic", "topic_id", "partitions": [{"partition", "leader" (-1 when none),
-        "leader_epoch", "isr", "replicas", "high_watermark"}]}.
+        "leader_epoch", "isr", "replicas", "offline_replicas", "high_watermark"}]}.
 
 Topic ids are printed as Kafka prints them (URL-safe base64 without padding); null when unset.
 Each command runs on its own event loop (cli/common.py); no state outlives it.
@@ -88,6 +88,9 @@ class PartitionDescription:
     isr: tuple[int, ...]
     replicas: tuple[int, ...]
     high_watermark: int | None
+    # Replicas whose log directory failed on their broker (the controller keeps them out of the
+    # ISR and of elections until that broker registers again).
+    offline: tuple[int, ...] = ()
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -96,6 +99,7 @@ class PartitionDescription:
             "leader_epoch": self.leader_epoch,
             "isr": list(self.isr),
             "replicas": list(self.replicas),
+            "offline_replicas": list(self.offline),
             "high_watermark": self.high_watermark,
         }
 
@@ -309,6 +313,7 @@ async def describe_topic(client: Client, name: str) -> TopicDescription:
                 isr=tuple(p.isr_nodes),
                 replicas=tuple(p.replica_nodes),
                 high_watermark=watermarks.get(p.partition_index),
+                offline=tuple(p.offline_replicas),
             )
             for p in parts
         ),
@@ -378,7 +383,9 @@ def _print_description(description: TopicDescription) -> None:
     out = console()
     count = len(description.partitions)
     out.print(f"Topic {description.topic}  id {description.topic_id or '-'}  {count} partition(s)")
-    table = Table("Partition", "Leader", "Leader epoch", "Replicas", "ISR", "High watermark")
+    table = Table(
+        "Partition", "Leader", "Leader epoch", "Replicas", "ISR", "Offline", "High watermark"
+    )
     for p in description.partitions:
         leader = "none" if p.leader == NO_LEADER else str(p.leader)
         isr = join_ids(p.isr)
@@ -390,6 +397,7 @@ def _print_description(description: TopicDescription) -> None:
             str(p.leader_epoch),
             join_ids(p.replicas),
             isr,
+            join_ids(p.offline) or "-",
             "unknown" if p.high_watermark is None else str(p.high_watermark),
         )
     out.print(table)

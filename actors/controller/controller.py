@@ -23,6 +23,8 @@ managers split its controller —
                        failure, and this controller's own restart (`resume`)
     elections.py       leaders for New/Offline partitions, preferred-leader rebalance
                        (the pure rules: election.py)
+    replica_failure.py replicas in failed log dirs (offline dirs in heartbeats, LeaderAndIsr
+                       answers with KAFKA_STORAGE_ERROR)
     alter_partition.py AlterPartition and its checks (KIP-497, KIP-841)
     shutdown.py        controlled shutdown
     topic_creation.py  CreateTopics (the pure rules: topics.py)
@@ -43,7 +45,8 @@ of its predecessor.
 
 Ownership and why no lock: the model, the state machines, the liveness table and the request
 channels' membership are touched only by this actor's handlers, one message at a time. The
-timers only `tell` it ticks; the channels report StopReplica answers back as messages, and the
+timers only `tell` it ticks; the channels report StopReplica answers (and LeaderAndIsr answers
+with storage errors) back as messages, and the
 deletion retries' alarms tell it when to resend, never dropped (`_tell_soon`).
 """
 
@@ -60,6 +63,7 @@ from actors.controller import (
     elections,
     liveness,
     producer_ids,
+    replica_failure,
     shutdown,
     topic_creation,
     topic_deletion,
@@ -78,6 +82,7 @@ from actors.controller.messages import (
     DeleteTopics,
     DescribeCluster,
     Heartbeat,
+    LeaderAndIsrDone,
     RebalanceTick,
     RegisterBroker,
     RetryReplicaDeletion,
@@ -192,7 +197,9 @@ class ControllerActor(Actor):
             # A full mailbox skips a tick; the next one comes soon enough.
             self.try_tell(tick)
 
-    def _tell_soon(self, message: StopReplicaDone | RetryReplicaDeletion) -> None:
+    def _tell_soon(
+        self, message: StopReplicaDone | RetryReplicaDeletion | LeaderAndIsrDone
+    ) -> None:
         """Tell this actor an event from outside its task (a channel's answer, an alarm)
         without blocking the caller and without dropping it: unlike a tick, no later message
         repeats it, and losing it would stall a topic's deletion. A full mailbox gets it from
@@ -206,7 +213,9 @@ class ControllerActor(Actor):
             self._telling.add(task)
             task.add_done_callback(self._telling.discard)
 
-    async def _tell_later(self, message: StopReplicaDone | RetryReplicaDeletion) -> None:
+    async def _tell_later(
+        self, message: StopReplicaDone | RetryReplicaDeletion | LeaderAndIsrDone
+    ) -> None:
         with contextlib.suppress(MailboxClosed):
             await self.tell(message)
 
@@ -223,6 +232,10 @@ class ControllerActor(Actor):
     @handles(SessionTick)
     async def _session_tick(self, message: SessionTick) -> None:
         await liveness.session_tick(self._ctx)
+
+    @handles(LeaderAndIsrDone)
+    async def _leader_and_isr_done(self, message: LeaderAndIsrDone) -> None:
+        await replica_failure.leader_and_isr_done(self._ctx, message)
 
     # -- AlterPartition (alter_partition.py) ------------------------------------------------------
 
@@ -282,6 +295,7 @@ class ControllerActor(Actor):
                     address[0],
                     address[1],
                     self._ctx.sessions.state(broker.broker_id),
+                    tuple(sorted(self._ctx.sessions.offline_dirs(broker.broker_id))),
                 )
             )
         return ClusterStatus(

@@ -9,10 +9,11 @@ back (KRaft's ReplicationControlManager elections; Kafka's PartitionStateMachine
 - `rebalance`: on each RebalanceTick (auto.leader.rebalance.enable), a broker whose preferred
   partitions are led elsewhere beyond leader.imbalance.per.broker.percentage gets them back.
 
-Which replica may lead is decided by the pure rules in actors/controller/election.py; this module
-applies them to the model and the partition state machine. An unclean election (only when the
-topic or the controller enables it) is logged and counted. Controlled shutdown's leader moves are
-in actors/controller/shutdown.py.
+A replica in a failed log dir (`electable`, actors/controller/replica_failure.py) never leads,
+though its broker is live. Which replica may lead is decided by the pure rules in
+actors/controller/election.py; this module applies them to the model and the partition state
+machine. An unclean election (only when the topic or the controller enables it) is logged and
+counted. Controlled shutdown's leader moves are in actors/controller/shutdown.py.
 
 State: none of its own; everything is the controller actor's (actors/controller/context.py),
 changed only from the actor's handlers.
@@ -71,6 +72,11 @@ def elect(
     return True
 
 
+def electable(ctx: ControllerContext, tp: TopicPartition, eligible: set[int]) -> set[int]:
+    """The eligible brokers whose replica of `tp` may lead: not one in a failed log dir."""
+    return {b for b in eligible if not ctx.sessions.is_replica_offline(b, tp)}
+
+
 def elect_offline(ctx: ControllerContext, change: Change) -> None:
     """triggerOnlinePartitionStateChange: elect leaders for New and Offline partitions."""
     eligible = ctx.sessions.eligible()
@@ -83,7 +89,9 @@ def elect_offline(ctx: ControllerContext, change: Change) -> None:
         ):
             continue
         current = change.partition(p)
-        result = offline_election(current.replicas, current.isr, eligible, unclean_allowed(ctx, p))
+        result = offline_election(
+            current.replicas, current.isr, electable(ctx, tp, eligible), unclean_allowed(ctx, p)
+        )
         if elect(ctx, change, current, result):
             elected.append(tp)
     ctx.partition_states.transition(elected, PartitionState.ONLINE)
@@ -111,7 +119,8 @@ async def rebalance(ctx: ControllerContext) -> None:
         if not led_elsewhere or len(led_elsewhere) / len(partitions) <= threshold:
             continue
         for p in led_elsewhere:
-            result = preferred_election(p.replicas, p.isr, eligible)
+            tp = ctx.model.topic_partition(p)
+            result = preferred_election(p.replicas, p.isr, electable(ctx, tp, eligible))
             if result.leader is not None:
                 change.move(p, leader=result.leader)
     if change.changed_partitions():

@@ -39,9 +39,10 @@ import logging
 
 from actors.controller.context import ControllerContext
 from actors.controller.election import offline_election, remove_from_isr
-from actors.controller.elections import elect, elect_offline, unclean_allowed
+from actors.controller.elections import elect, elect_offline, electable, unclean_allowed
 from actors.controller.journal import Change
 from actors.controller.outbox import Outbox
+from actors.controller.replica_failure import log_dirs_offline
 from actors.controller.shutdown import still_led_by
 from actors.controller.states import PartitionState, ReplicaKey, ReplicaState
 from actors.controller.topic_deletion import resume_deletions
@@ -126,6 +127,8 @@ async def heartbeat(
         # Unknown, a previous incarnation, or fenced: the broker registers again.
         return BrokerHeartbeatResponse(error_code=ErrorCode.STALE_BROKER_EPOCH, is_fenced=True)
     ctx.sessions.heard_from(broker_id, ctx.clock.monotonic_ms())
+    if ctx.sessions.report_offline_dirs(broker_id, frozenset(request.offline_log_dirs)):
+        log_dirs_offline(ctx, broker_id)
     done_shutting_down = ctx.sessions.is_shutting_down(broker_id) and not still_led_by(
         ctx, broker_id
     )
@@ -205,7 +208,12 @@ async def on_broker_failure(ctx: ControllerContext, dead: list[int], change: Cha
             ctx,
             change,
             p,
-            offline_election(p.replicas, p.isr, eligible, unclean_allowed(ctx, p)),
+            offline_election(
+                p.replicas,
+                p.isr,
+                electable(ctx, model.topic_partition(p), eligible),
+                unclean_allowed(ctx, p),
+            ),
             gone,
         )
     ]

@@ -134,6 +134,7 @@ class BrokerStatus:
     host: str
     port: int
     state: str  # "running", "shutting_down", "fenced"
+    offline_log_dirs: tuple[bytes, ...] = ()  # directory ids its heartbeats reported failed
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +176,17 @@ class StopReplicaDone:
     response: Response | None
     attempts: int
     partitions: tuple[TopicPartition, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderAndIsrDone:
+    """A broker answered a LeaderAndIsr with KAFKA_STORAGE_ERROR for some partitions (only such
+    answers come back: the others need nothing from the controller). Handled by
+    actors/controller/replica_failure.py."""
+
+    broker_id: int
+    broker_epoch: int
+    response: Response
 
 
 @dataclass(frozen=True, slots=True)

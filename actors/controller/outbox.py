@@ -12,7 +12,12 @@ receive their full state when they register again.
 
 A StopReplica that deletes partitions carries a callback: the channel's answer comes back to the
 controller as a `StopReplicaDone` message (handled by actors/controller/topic_deletion.py), so
-it is acted on in the actor's own task, never in the channel's.
+it is acted on in the actor's own task, never in the channel's. Every LeaderAndIsr carries one
+too: an answer with KAFKA_STORAGE_ERROR for some partition (its log dir failed on that broker)
+comes back as a `LeaderAndIsrDone` (handled by actors/controller/replica_failure.py); other
+answers are dropped in the channel's task, since they need nothing from the controller.
+UpdateMetadata lists as offline the replicas of dead brokers and those in a failed log dir of a
+live broker (the liveness table keeps them, actors/controller/sessions.py).
 
 Owner: the controller actor. It holds one `RequestSender`, which also adds and removes the
 channels' brokers as sessions open and close; an `Outbox` lives for one event's handler. Both
@@ -28,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from actors.controller.journal import Change
-from actors.controller.messages import StopReplicaDone
+from actors.controller.messages import LeaderAndIsrDone, StopReplicaDone
 from actors.controller.model import ControllerModel
 from actors.controller.requests import (
     leader_and_isr_state,
@@ -40,16 +45,19 @@ from actors.controller.requests import (
 )
 from actors.controller.sessions import BrokerSessions
 from runtime.net.transport import Address
+from wire.errors import ErrorCode
 from wire.messages import (
     LEADER_AND_ISR_FULL,
     LEADER_AND_ISR_INCREMENTAL,
     LeaderAndIsrRequest,
+    LeaderAndIsrResponse,
     Request,
     Response,
     StopReplicaPartitionState,
     StopReplicaRequest,
     UpdateMetadataRequest,
 )
+from wire.metadata_records import PartitionRecord
 from wire.topic import TopicPartition
 
 log = logging.getLogger("ketch.controller")
@@ -106,7 +114,7 @@ class RequestSender:
         model: ControllerModel,
         sessions: BrokerSessions,
         channels: RequestChannels,
-        tell: Callable[[StopReplicaDone], None],
+        tell: Callable[[StopReplicaDone | LeaderAndIsrDone], None],
     ) -> None:
         self._name = name
         self._controller_id = controller_id
@@ -130,11 +138,15 @@ class RequestSender:
     # -- filling an outbox ------------------------------------------------------------------------
 
     def announce(self, change: Change, outbox: Outbox) -> None:
-        """LeaderAndIsr for every changed partition to its live replicas."""
+        """LeaderAndIsr for every changed partition to its live replicas (not to one in a
+        failed log dir: it would only answer KAFKA_STORAGE_ERROR again)."""
         live = self._sessions.live()
         for p in change.changed_partitions():
             tp = self._model.topic_partition(p)
-            outbox.lead_or_follow([r for r in p.replicas if r in live], tp)
+            online = [
+                r for r in p.replicas if r in live and not self._sessions.is_replica_offline(r, tp)
+            ]
+            outbox.lead_or_follow(online, tp)
 
     def send_full_state(self, outbox: Outbox, broker_id: int) -> None:
         """Everything `broker_id` hosts, as a FULL LeaderAndIsr (it drops what is not listed)."""
@@ -176,6 +188,7 @@ class RequestSender:
                     live_leaders=live_leaders(model, partitions, live),
                     topic_configs=topic_configs(model, (tp.topic for tp in tps)),
                 ),
+                self._leader_and_isr_callback(broker_id, broker.broker_epoch),
             )
 
     def _send_update_metadata(self, outbox: Outbox, live: set[int]) -> None:
@@ -186,7 +199,9 @@ class RequestSender:
             partitions = [
                 p for tp in outbox.metadata if (p := model.partition_by_name(tp)) is not None
             ]
-        states = [update_metadata_state(model, p, live) for p in partitions]
+        states = [
+            update_metadata_state(model, p, live, self._offline_replicas(p)) for p in partitions
+        ]
         brokers = live_broker_entries(model, live, self._sessions.shutting_down())
         configs = topic_configs(model, (s.topic_name for s in states))
         for broker_id in sorted(live):
@@ -236,6 +251,21 @@ class RequestSender:
                     else None
                 ),
             )
+
+    def _offline_replicas(self, p: PartitionRecord) -> list[int]:
+        tp = self._model.topic_partition(p)
+        return [r for r in p.replicas if self._sessions.is_replica_offline(r, tp)]
+
+    def _leader_and_isr_callback(self, broker_id: int, broker_epoch: int) -> ResponseCallback:
+        def done(response: Response | None, attempts: int) -> None:
+            if not isinstance(response, LeaderAndIsrResponse) or not any(
+                e.error_code == ErrorCode.KAFKA_STORAGE_ERROR for e in response.partition_errors
+            ):
+                return
+            with contextlib.suppress(Exception):
+                self._tell(LeaderAndIsrDone(broker_id, broker_epoch, response))
+
+        return done
 
     def _deletion_callback(
         self, broker_id: int, broker_epoch: int, partitions: tuple[TopicPartition, ...]

@@ -48,8 +48,12 @@ def leader_and_isr_state(
 
 
 def update_metadata_state(
-    model: ControllerModel, partition: PartitionRecord, live: Collection[int]
+    model: ControllerModel,
+    partition: PartitionRecord,
+    live: Collection[int],
+    offline: Collection[int] = (),
 ) -> UpdateMetadataPartitionState:
+    """`offline`: replicas on live brokers whose log dir failed (they count as offline too)."""
     topic = model.topic_by_id(partition.topic_id)
     assert topic is not None, partition
     deleting = model.is_queued_for_deletion(partition.topic_id)
@@ -63,7 +67,7 @@ def update_metadata_state(
         isr=list(partition.isr),
         partition_epoch=partition.partition_epoch,
         replicas=list(partition.replicas),
-        offline_replicas=[r for r in partition.replicas if r not in live],
+        offline_replicas=[r for r in partition.replicas if r not in live or r in offline],
     )
 
 

@@ -26,6 +26,7 @@ import logging
 
 from actors.controller.context import ControllerContext
 from actors.controller.election import controlled_shutdown_election, remove_from_isr
+from actors.controller.elections import electable
 from actors.controller.journal import Change
 from actors.controller.outbox import Outbox
 from actors.controller.states import ReplicaKey, ReplicaState
@@ -62,7 +63,9 @@ async def controlled_shutdown(
             continue
         tp = ctx.model.topic_partition(p)
         if p.leader == broker_id:
-            result = controlled_shutdown_election(p.replicas, p.isr, eligible, shutting_down)
+            result = controlled_shutdown_election(
+                p.replicas, p.isr, electable(ctx, tp, eligible), shutting_down
+            )
             if result.leader is not None:
                 change.move(p, leader=result.leader, isr=result.isr)
         else:

@@ -1,5 +1,8 @@
 """Replica fetchers: a follower's pull of one leader's partitions (Kafka's ReplicaFetcherThread).
 
+(About 500 lines: one fetch round and its error handling read as one loop; the pure parts
+are in truncation.py, fetcher_requests.py and fetch_state.py.)
+
 A `ReplicaFetcher` serves one (source broker, fetcher id) pair;
 `actors.replication.fetcher_manager` owns the fetchers and routes partitions to them. The
 fetcher's task repeats one round:

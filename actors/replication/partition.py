@@ -80,6 +80,7 @@ from actors.replication.partition_messages import (
     LastOffsetForEpoch,
     LeaderAppendResult,
     LeadershipResult,
+    LogDirOffline,
     MaybeShrinkIsr,
     OffsetForTimestampResult,
     PartitionState,
@@ -676,11 +677,21 @@ class PartitionActor(Actor):
         try:
             yield
         except OSError as error:
-            self._role = next_role(self._role, Role.OFFLINE)
-            self._pending = None
-            # Waiters must learn that this replica serves nothing any more.
-            self._publish(leadership=True)
-            raise ActorFatalError(f"{self.name}: log failure during {what}: {error!r}") from error
+            raise self._go_offline(f"log failure during {what}: {error!r}") from error
+
+    @handles(LogDirOffline)
+    def _log_dir_offline(self, message: LogDirOffline) -> None:
+        if self._role is not Role.OFFLINE:
+            raise self._go_offline(f"log dir {message.directory} failed")
+
+    def _go_offline(self, why: str) -> ActorFatalError:
+        """OFFLINE for good; the error the handler raises so the actor stops and its supervisor
+        (the ReplicaManager) hears of it."""
+        self._role = next_role(self._role, Role.OFFLINE)
+        self._pending = None
+        # Waiters must learn that this replica serves nothing any more.
+        self._publish(leadership=True)
+        return ActorFatalError(f"{self.name}: {why}")
 
     @handles(FetchOffsetForTimestamp)
     def _fetch_offset_for_timestamp(

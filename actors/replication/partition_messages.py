@@ -209,6 +209,14 @@ class LastOffsetForEpoch(Ask[EpochEndOffset]):
 
 
 @dataclass(frozen=True, slots=True)
+class LogDirOffline:
+    """Another partition's I/O error failed this partition's log dir (Kafka fails the whole
+    dir): this replica goes OFFLINE as if its own log had failed."""
+
+    directory: str
+
+
+@dataclass(frozen=True, slots=True)
 class GetView(Ask[PartitionView]):
     pass
 

@@ -28,6 +28,14 @@ UNKNOWN_TOPIC_OR_PARTITION (Kafka keeps such a partition hosted), and a later Le
 it again with a new actor. UpdateMetadata refreshes the cache, stops the partitions of deleted
 topics and starts the fetchers that waited for an endpoint.
 
+A log failure fails its whole log dir (Kafka's LogDirFailureHandler, seeds 002/003): when a
+partition actor stops on an I/O error, or a log cannot be created, the LogManager marks that dir
+offline and every partition in it goes OFFLINE here (the actors are told `LogDirOffline`, stay
+routed so requests get KAFKA_STORAGE_ERROR, leave the fetchers and are reported as no longer
+led). A LeaderAndIsr for a partition of an offline dir answers KAFKA_STORAGE_ERROR; the broker's
+heartbeats report the dir (node/broker/lifecycle.py) and the controller moves leadership away.
+When no log dir is left, `on_all_log_dirs_offline` runs: the node stops the process (Kafka halts).
+
 The leadership hook (`on_leadership_change`, seed 002's onLeadershipChange, consumed by the
 group coordinator) hears of every partition that starts or stops being led here: LeaderAndIsr's
 new leaders and followers, and also a leader stopped by StopReplica (with or without delete) or
@@ -49,6 +57,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import MappingProxyType
 from typing import Final
 
@@ -63,6 +72,7 @@ from actors.replication.partition_messages import (
     BecomeFollower,
     BecomeLeader,
     LeadershipResult,
+    LogDirOffline,
     MaybeShrinkIsr,
     PartitionState,
 )
@@ -85,7 +95,7 @@ from actors.views import PartitionView, Role
 from runtime.actor import Actor, MailboxClosed, MailboxFull, handles
 from runtime.clock import Clock
 from runtime.log.errors import InconsistentTopicIdError
-from runtime.log.manager import LogManager
+from runtime.log.manager import LogDirOfflineError, LogManager
 from wire.errors import ErrorCode
 from wire.messages import (
     LEADER_AND_ISR_FULL,
@@ -139,6 +149,7 @@ class ReplicaManager(Actor):
         on_leadership_change: LeadershipHook | None = None,
         on_partitions_deleted: DeletionHook | None = None,
         isr_change_listener: IsrChangeListener | None = None,
+        on_all_log_dirs_offline: Callable[[], None] | None = None,
         clock: Clock | None = None,
         capacity: int | None = None,
     ) -> None:
@@ -155,6 +166,8 @@ class ReplicaManager(Actor):
         self._on_partitions_deleted = on_partitions_deleted
         # Handed to every partition actor: the broker's ISR shrink/expand meters.
         self._isr_change_listener = isr_change_listener
+        # Every log dir failed: this broker can serve nothing (the node stops the process).
+        self._on_all_log_dirs_offline = on_all_log_dirs_offline
         self._partitions: dict[TopicPartition, PartitionActor] = {}
         self._aborting = False
         self._routes: Routes = EMPTY_ROUTES
@@ -379,8 +392,10 @@ class ReplicaManager(Actor):
         except InconsistentTopicIdError:
             log.warning("%s: %s belongs to another topic id", self.name, tp)
             return ErrorCode.INCONSISTENT_TOPIC_ID
-        except OSError:
-            log.exception("%s: cannot open the log of %s", self.name, tp)
+        except LogDirOfflineError as error:
+            log.error("%s: cannot open the log of %s: %s", self.name, tp, error)
+            if error.directory is not None:
+                await self._fail_log_dir(error.directory)
             return ErrorCode.KAFKA_STORAGE_ERROR
         actor = PartitionActor(
             tp,
@@ -409,16 +424,40 @@ class ReplicaManager(Actor):
             self.try_tell(_PartitionFailed(actor))
 
     @handles(_PartitionFailed)
-    def _on_partition_failed(self, message: _PartitionFailed) -> None:
+    async def _on_partition_failed(self, message: _PartitionFailed) -> None:
         # Kafka's offline partition: it stays in the routing table, so requests for it get
-        # KAFKA_STORAGE_ERROR (its mailbox is closed) until a StopReplica or a restart.
+        # KAFKA_STORAGE_ERROR (its mailbox is closed) until a StopReplica or a restart. Its log's
+        # dir fails with it, every partition of the dir going offline; no dir means an earlier
+        # failure of the same dir took this partition offline already.
         tp = message.actor.topic_partition
-        if self._partitions.get(tp) is message.actor:
-            self._fetchers.remove_partitions([tp])
-            self._pending_fetchers.discard(tp)
+        directory = self._log_manager.log_dir_of(tp)
+        if self._partitions.get(tp) is message.actor and directory is not None:
+            await self._fail_log_dir(directory)
+
+    def _take_offline(self, tps: Sequence[TopicPartition]) -> None:
+        self._fetchers.remove_partitions(tps)
+        self._pending_fetchers.difference_update(tps)
+        for tp in tps:
             self._delayed.partition_changed(tp)
-            # Whatever it was, it leads nothing now (its role before the failure is gone).
-            self._report_leadership((), (tp,))
+        # Whatever they were, they lead nothing now (their roles before the failure are gone).
+        self._report_leadership((), tps)
+
+    async def _fail_log_dir(self, directory: Path) -> None:
+        """Kafka's handleLogDirFailure: every partition of the dir goes offline here."""
+        lost = self._log_manager.mark_dir_offline(directory)
+        hosted = [tp for tp in lost if tp in self._partitions]
+        log.error("%s: log dir %s failed: %d partitions offline", self.name, directory, len(hosted))
+        for tp in hosted:
+            actor = self._partitions[tp]
+            # Told, not dropped: each must go OFFLINE (its supervisor callback follows, and
+            # finds its dir already offline).
+            with contextlib.suppress(MailboxClosed):
+                await actor.tell(LogDirOffline(str(directory)))
+        self._take_offline(hosted)
+        if not self._log_manager.live_log_dirs:
+            log.critical("%s: every log dir is offline: the broker must stop", self.name)
+            if self._on_all_log_dirs_offline is not None:
+                self._on_all_log_dirs_offline()
 
     async def _make_leaders(
         self,

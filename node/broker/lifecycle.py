@@ -201,11 +201,13 @@ class BrokerLifecycle:
         listeners: Listeners,
         on_registered: OnRegistered,
         log_dirs: Callable[[], Sequence[bytes]] = tuple,
+        offline_log_dirs: Callable[[], Sequence[bytes]] = tuple,
         incarnation_id: bytes | None = None,
         seed: int | None = None,
     ) -> None:
         """`log_dirs`: the ids of the broker's log directories, read at each registration (the
-        dirs are opened before the lifecycle starts)."""
+        dirs are opened before the lifecycle starts); `offline_log_dirs`: the ids of those that
+        failed since, read at each heartbeat (KRaft's OfflineLogDirs)."""
         self.broker_id = broker_id
         self.config = config
         self._channel = channel
@@ -213,6 +215,7 @@ class BrokerLifecycle:
         self._listeners = listeners
         self._on_registered = on_registered
         self._log_dirs = log_dirs
+        self._offline_log_dirs = offline_log_dirs
         # Random per process start: the controller tells a restarted broker (new incarnation)
         # from this process retrying its own registration (same incarnation).
         self.incarnation_id = incarnation_id if incarnation_id is not None else uuid.uuid4().bytes
@@ -353,6 +356,7 @@ class BrokerLifecycle:
             broker_id=self.broker_id,
             broker_epoch=self.broker_epoch,
             want_shut_down=self.state is LifecycleState.SHUTTING_DOWN,
+            offline_log_dirs=list(self._offline_log_dirs()),
         )
         self.heartbeats_sent += 1
         try:

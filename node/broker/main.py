@@ -167,7 +167,7 @@ async def serve_broker(settings: BrokerSettings) -> int:
             ",".join(settings.config.log.log_dirs),
         )
 
-    return await serve(node, name=f"broker {node.broker_id}", started=started)
+    return await serve(node, name=f"broker {node.broker_id}", failed=node.failed, started=started)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

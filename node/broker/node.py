@@ -17,8 +17,9 @@ It builds and wires the broker's parts and owns their lifetimes:
     ControllerForwarder     CreateTopics / DeleteTopics / DescribeCluster from clients, to the
                             controller over the control client (KIP-590)
     ReplicaManager          the actor for LeaderAndIsr / StopReplica / UpdateMetadata; it is the
-                            supervisor of the partition actors (a fatal log error marks that
-                            partition offline and is logged, the broker keeps serving)
+                            supervisor of the partition actors (a fatal log error takes its
+                            whole log dir offline, the broker keeps serving the other dirs;
+                            with none left, `failed` is set)
     RequestPath             Produce / Fetch / ListOffsets / OffsetForLeaderEpoch
     GroupCoordinator        consumer groups and committed offsets on __consumer_offsets, one
                             actor per led offsets partition, moved by the ReplicaManager's
@@ -154,6 +155,9 @@ class BrokerNode:
         self.broker_epoch = NO_BROKER_EPOCH
         self.loaded: list[LoadedDir] = []  # what LogManager.open reported (clean or recovered)
         self._log_task: asyncio.Task[None] | None = None
+        # Set when the broker cannot go on (every log dir failed); the process main waits on it
+        # and exits 1 (node/process.py), as Kafka halts a broker with no live log dir.
+        self.failed = asyncio.Event()
         # The build steps, in dependency order. Parts that need each other's lookups get lambdas
         # that read the attribute at call time, by which point every part exists.
         self._build_storage_and_metrics()
@@ -209,6 +213,7 @@ class BrokerNode:
                 listeners=self._registration_listeners,
                 on_registered=self.set_broker_epoch,
                 log_dirs=self.log_manager.directory_ids,
+                offline_log_dirs=self.log_manager.offline_directory_ids,
             )
         # Kafka bounds a forwarded request by the broker's request.timeout.ms.
         self.forwarder = ControllerForwarder(
@@ -255,6 +260,8 @@ class BrokerNode:
                 deleted
             ),
             isr_change_listener=self.metrics.isr_changes,
+            # No log dir left: the process must stop (exit 1, node/process.py).
+            on_all_log_dirs_offline=self.failed.set,
             clock=clock,
         )
         self.request_path = RequestPath(

@@ -167,6 +167,7 @@ class ControllerNode:
                     port=b.port,
                     broker_epoch=b.broker_epoch,
                     state=b.state,
+                    offline_log_dirs=list(b.offline_log_dirs),
                 )
                 for b in status.brokers
             ],

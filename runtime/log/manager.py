@@ -25,6 +25,17 @@ every ``log.flush.offset.checkpoint.interval.ms``; the log start offset checkpoi
 ``log.flush.start.offset.checkpoint.interval.ms``; removal of retired segments and deleted
 directories every second. Long steps (fsyncs, unlinks, recursive deletes) run in worker threads.
 
+A failed dir (Kafka's LogDirFailureChannel and handleLogDirFailure): the replica manager calls
+`mark_dir_offline` after an I/O error in one of its logs. From then on the dir is out of service
+for this process: its logs leave the manager's tables (no retention, flush or checkpoint touches
+them, and no clean-shutdown marker is written there), no new log is created in it, and asking for
+one of its partitions raises `LogDirOfflineError` (KAFKA_STORAGE_ERROR) rather than creating an
+empty replacement elsewhere. Only a restart brings the dir back. `offline_directory_ids` is what the
+broker's heartbeats report.
+
+(Over ~500 lines on purpose: the dir tables, the failed dirs and the background work are one
+owner's state, and each of its methods reads the same tables.)
+
 Ownership: the manager runs on the broker's event loop. It calls a log's synchronous methods
 between awaits only, so each call is atomic with respect to the log's owner, as a message would be;
 `Log.flush_async` is written to tolerate appends while its fsyncs run.
@@ -84,6 +95,15 @@ DELETER_INTERVAL_MS: Final = 1000
 logger = logging.getLogger(__name__)
 
 
+class LogDirOfflineError(OSError):
+    """A log cannot be opened or created because its dir failed (or failed just now: the
+    OSError is the cause). `directory`: the dir that failed, None when no dir is live."""
+
+    def __init__(self, message: str, directory: Path | None) -> None:
+        super().__init__(message)
+        self.directory = directory
+
+
 @dataclass(frozen=True, slots=True)
 class LoadedDir:
     directory: Path
@@ -133,6 +153,10 @@ class LogManager:
         self._topic_overrides: dict[str, Mapping[str, object]] = {}
         self._retired_segments: list[LogSegment] = []
         self._doomed_dirs: list[tuple[int, Path]] = []  # (due monotonic ms, renamed directory)
+        # Failed dirs, and the partitions whose logs were in them (kept so that a partition of a
+        # failed dir is refused, never recreated empty in another dir).
+        self._offline_dirs: set[Path] = set()
+        self._offline_logs: dict[TopicPartition, Path] = {}
 
     # -- startup --------------------------------------------------------------------------------
 
@@ -258,6 +282,36 @@ class LogManager:
         return tuple(self._dirs)
 
     @property
+    def live_log_dirs(self) -> tuple[Path, ...]:
+        return tuple(d for d in self._dirs if d not in self._offline_dirs)
+
+    def offline_directory_ids(self) -> tuple[bytes, ...]:
+        """The failed dirs' ids in log.dirs order (what the broker's heartbeats report)."""
+        return tuple(
+            self._meta[d].directory_id
+            for d in self._dirs
+            if d in self._offline_dirs and d in self._meta
+        )
+
+    def mark_dir_offline(self, directory: Path) -> list[TopicPartition]:
+        """Take a failed dir out of service; returns the partitions whose logs were in it
+        (empty if it was already offline). Their `Log` objects are not closed here: their
+        partition actors own them and stop on their own (a close under them would turn their
+        next append into a bug rather than a storage error)."""
+        if directory in self._offline_dirs:
+            return []
+        assert directory in self._dirs, directory
+        self._offline_dirs.add(directory)
+        lost = sorted((tp for tp, d in self._dir_of.items() if d == directory), key=str)
+        for tp in lost:
+            del self._logs[tp]
+            del self._dir_of[tp]
+            self._offline_logs[tp] = directory
+        self._doomed_dirs = [(t, d) for t, d in self._doomed_dirs if d.parent != directory]
+        logger.error("log dir %s is offline (%d partitions)", directory, len(lost))
+        return lost
+
+    @property
     def logs(self) -> dict[TopicPartition, Log]:
         return dict(self._logs)
 
@@ -283,36 +337,49 @@ class LogManager:
                 log.config = config
 
     def _next_log_dir(self) -> Path:
-        counts = dict.fromkeys(self._dirs, 0)
+        live = self.live_log_dirs
+        if not live:
+            raise LogDirOfflineError("no log dir is online", None)
+        counts = dict.fromkeys(live, 0)
         for directory in self._dir_of.values():
             counts[directory] += 1
-        return min(self._dirs, key=lambda d: (counts[d], self._dirs.index(d)))
+        return min(live, key=lambda d: (counts[d], self._dirs.index(d)))
 
     def get_or_create_log(self, tp: TopicPartition, *, topic_id: str | None = None) -> Log:
         """The partition's log, created empty in the least loaded log dir if absent.
 
         With `topic_id`, partition.metadata is written (or checked: InconsistentTopicIdError).
+        A partition of a failed dir, or an I/O error here, raises `LogDirOfflineError` naming
+        the dir (the caller decides to fail it).
         """
+        offline_dir = self._offline_logs.get(tp)
+        if offline_dir is not None:
+            raise LogDirOfflineError(f"{tp}: its log dir {offline_dir} is offline", offline_dir)
         log = self._logs.get(tp)
-        if log is None:
-            directory = self._next_log_dir()
-            log = Log.open(
-                directory / tp.dir_name,
-                self.config_for(tp.topic),
-                self._clock,
-                rng=random.Random(self._rng.random()),
-            )
-            self._logs[tp] = log
-            self._dir_of[tp] = directory
-        if topic_id is not None:
-            metadata = PartitionMetadataFile(log.directory / PARTITION_METADATA)
-            existing = metadata.read()
-            if existing is None:
-                metadata.write(topic_id)
-            elif existing != topic_id:
-                raise InconsistentTopicIdError(
-                    f"{tp} belongs to topic id {existing}, not {topic_id}"
+        directory = self._dir_of.get(tp) if log is not None else self._next_log_dir()
+        assert directory is not None, tp
+        try:
+            if log is None:
+                log = Log.open(
+                    directory / tp.dir_name,
+                    self.config_for(tp.topic),
+                    self._clock,
+                    rng=random.Random(self._rng.random()),
                 )
+                self._logs[tp] = log
+                self._dir_of[tp] = directory
+            existing: str | None = None
+            if topic_id is not None:
+                metadata = PartitionMetadataFile(log.directory / PARTITION_METADATA)
+                existing = metadata.read()
+                if existing is None:
+                    metadata.write(topic_id)
+        except OSError as error:
+            raise LogDirOfflineError(f"{tp}: I/O error in {directory}: {error}", directory) from (
+                error
+            )
+        if existing is not None and existing != topic_id:
+            raise InconsistentTopicIdError(f"{tp} belongs to topic id {existing}, not {topic_id}")
         return log
 
     def topic_id_of(self, tp: TopicPartition) -> str | None:
@@ -344,7 +411,7 @@ class LogManager:
             log = self._logs.get(tp)
             if log is not None:
                 log.truncate_to(offset)
-        for directory in self._dirs:
+        for directory in self.live_log_dirs:
             self.checkpoint_recovery_points(directory)
 
     # -- checkpoints ----------------------------------------------------------------------------
@@ -353,18 +420,18 @@ class LogManager:
         return {tp: log for tp, log in self._logs.items() if self._dir_of[tp] == directory}
 
     def checkpoint_recovery_points(self, directory: Path | None = None) -> None:
-        for d in [directory] if directory is not None else self._dirs:
+        for d in [directory] if directory is not None else self.live_log_dirs:
             offsets = {tp: log.recovery_point for tp, log in self._logs_in(d).items()}
             OffsetCheckpointFile(d / RECOVERY_POINT_CHECKPOINT).write(offsets)
 
     def checkpoint_log_start_offsets(self, directory: Path | None = None) -> None:
-        for d in [directory] if directory is not None else self._dirs:
+        for d in [directory] if directory is not None else self.live_log_dirs:
             offsets = {tp: log.log_start_offset for tp, log in self._logs_in(d).items()}
             OffsetCheckpointFile(d / LOG_START_OFFSET_CHECKPOINT).write(offsets)
 
     def write_high_watermarks(self, high_watermarks: Mapping[TopicPartition, int]) -> None:
         """Write each log dir's replication-offset-checkpoint with its partitions' HWs."""
-        for d in self._dirs:
+        for d in self.live_log_dirs:
             local = {tp: hw for tp, hw in high_watermarks.items() if self._dir_of.get(tp) == d}
             OffsetCheckpointFile(d / REPLICATION_OFFSET_CHECKPOINT).write(local)
 
@@ -456,10 +523,10 @@ class LogManager:
             for log in self._logs.values():
                 log.flush()
                 log.close()
-            for directory in self._dirs:
+            for directory in self.live_log_dirs:
                 self.checkpoint_recovery_points(directory)
                 self.checkpoint_log_start_offsets(directory)
-            for directory in self._dirs:
+            for directory in self.live_log_dirs:
                 (directory / CLEAN_SHUTDOWN_FILE).touch()
                 fsync_dir(directory)
         finally:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -301,7 +302,10 @@ def producer_client(cluster: ProcessCluster) -> Client:
     )
 
 
-async def start_producing(cluster: ProcessCluster) -> tuple[SteadyProducer, asyncio.Task[None]]:
+@contextlib.asynccontextmanager
+async def steady_load(cluster: ProcessCluster) -> AsyncIterator[tuple[SteadyProducer, Client]]:
+    """The topic, and the steady producer writing to it until the block ends; also a client for
+    the test's own metadata checks."""
     client = producer_client(cluster)
     await create_topic(
         client,
@@ -316,43 +320,43 @@ async def start_producing(cluster: ProcessCluster) -> tuple[SteadyProducer, asyn
     )
     producer = SteadyProducer(client)
     task = asyncio.get_running_loop().create_task(producer.run())
-    await progress(producer, 30, "the producer runs")
-    return producer, task
+    checks = cluster.client()
+    try:
+        await progress(producer, 30, "the producer runs")
+        yield producer, checks
+    finally:
+        producer.stop.set()
+        await asyncio.wait_for(task, WAIT_S)
+        await asyncio.gather(client.close(), checks.close())
 
 
-async def finish(producer: SteadyProducer, task: asyncio.Task[None]) -> None:
-    producer.stop.set()
-    await asyncio.wait_for(task, WAIT_S)
-    await producer.client.close()
+async def back_in_the_isrs(
+    cluster: ProcessCluster, client: Client, producer: SteadyProducer, broker_id: int
+) -> None:
+    """Until the broker is running, every partition's ISR is whole again, and writes go on."""
+    await cluster.wait_running([broker_id], timeout_s=WAIT_S)
+    await wait_fully_replicated(
+        client, cluster.addresses.values(), TOPIC, PARTITIONS, timeout_s=WAIT_S
+    )
+    await progress(producer, 20, f"writes after broker {broker_id} is back")
 
 
 async def test_a_rolling_restart_fails_no_write_whose_leader_stayed(tmp_path: Path) -> None:
     async with running_cluster(tmp_path, CLUSTER_PROPERTIES) as cluster:
-        producer, task = await start_producing(cluster)
-        client = cluster.client()
-        try:
+        async with steady_load(cluster) as (producer, client):
             for broker_id in range(3):
                 producer.begin(f"broker {broker_id} restarting")
                 assert await cluster.broker(broker_id).terminate() == 0, cluster.logs()
                 await progress(producer, 20, f"writes while broker {broker_id} is down")
                 await cluster.broker(broker_id).start()
-                await cluster.wait_running([broker_id], timeout_s=WAIT_S)
-                await wait_fully_replicated(
-                    client, cluster.addresses.values(), TOPIC, PARTITIONS, timeout_s=WAIT_S
-                )
-                await progress(producer, 20, f"writes after broker {broker_id} is back")
-        finally:
-            await finish(producer, task)
-            await client.close()
+                await back_in_the_isrs(cluster, client, producer, broker_id)
         stayed = await check(cluster, producer)
         assert stayed, "in some phase some partition must have kept its leader"
 
 
 async def test_a_killed_follower_fails_no_write_whose_leader_stayed(tmp_path: Path) -> None:
     async with running_cluster(tmp_path, CLUSTER_PROPERTIES) as cluster:
-        producer, task = await start_producing(cluster)
-        client = cluster.client()
-        try:
+        async with steady_load(cluster) as (producer, client):
             leaders = await partitions_of(client, cluster.addresses.values(), TOPIC)
             # The broker leading the fewest partitions: most of its partitions keep their leader.
             led = collections.Counter(p.leader_id for p in leaders.values())
@@ -361,14 +365,7 @@ async def test_a_killed_follower_fails_no_write_whose_leader_stayed(tmp_path: Pa
             await cluster.broker(victim).kill()
             await progress(producer, 30, f"writes after broker {victim} was killed")
             await cluster.broker(victim).start()
-            await cluster.wait_running([victim], timeout_s=WAIT_S)
-            await wait_fully_replicated(
-                client, cluster.addresses.values(), TOPIC, PARTITIONS, timeout_s=WAIT_S
-            )
-            await progress(producer, 30, f"writes after broker {victim} is back")
-        finally:
-            await finish(producer, task)
-            await client.close()
+            await back_in_the_isrs(cluster, client, producer, victim)
         stayed = await check(cluster, producer)
         assert any("killed" in report for report in stayed), "a partition must keep its leader"
 
@@ -381,18 +378,10 @@ async def test_a_broker_killed_and_restarted_at_once_does_not_wait_out_its_sessi
     lead its partitions (writes fail) for a minute."""
     properties = {**CLUSTER_PROPERTIES, "broker.session.timeout.ms": 60_000}
     async with running_cluster(tmp_path, properties) as cluster:
-        producer, task = await start_producing(cluster)
-        client = cluster.client()
-        try:
+        async with steady_load(cluster) as (producer, client):
             producer.begin("broker 1 killed and restarted")
             await cluster.broker(1).kill()
             await cluster.broker(1).start()
             await progress(producer, 30, "writes after broker 1 came back")
-            await wait_fully_replicated(
-                client, cluster.addresses.values(), TOPIC, PARTITIONS, timeout_s=WAIT_S
-            )
-            await progress(producer, 30, "writes with broker 1 in the ISRs again")
-        finally:
-            await finish(producer, task)
-            await client.close()
+            await back_in_the_isrs(cluster, client, producer, 1)
         await check(cluster, producer)

@@ -53,6 +53,7 @@ PARTITION_KEYS: Final = {
     "partition",
     "leader",
     "leader_epoch",
+    "offline_replicas",
     "isr",
     "replicas",
     "high_watermark",
@@ -408,6 +409,7 @@ def test_cluster_status_json_and_table(
             "host": address.host,
             "port": address.port,
             "state": "running",
+            "offline_log_dirs": [],
         }
 
     assert cluster.controller_address is not None

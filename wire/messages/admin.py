@@ -177,6 +177,8 @@ class DescribeClusterBroker:
     rack: str | None = None
     broker_epoch: int = -1
     state: str = "running"
+    # The ids of its log directories its heartbeats reported failed (KRaft's OfflineLogDirs).
+    offline_log_dirs: list[Uuid] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -350,3 +350,6 @@ class BrokerHeartbeatRequest(Request):
     current_metadata_offset: int = -1
     want_fence: bool = False
     want_shut_down: bool = False
+    # The ids of the broker's log directories that failed (KRaft's OfflineLogDirs): the
+    # controller moves leadership off the replicas in them.
+    offline_log_dirs: list[Uuid] = field(default_factory=list)

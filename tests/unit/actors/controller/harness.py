@@ -160,7 +160,12 @@ class ControllerHarness:
         return response.error
 
     async def heartbeat(
-        self, broker_id: int, *, want_fence: bool = False, want_shut_down: bool = False
+        self,
+        broker_id: int,
+        *,
+        want_fence: bool = False,
+        want_shut_down: bool = False,
+        offline_log_dirs: Sequence[bytes] = (),
     ) -> BrokerHeartbeatResponse:
         return await self.controller.ask(
             Heartbeat(
@@ -169,6 +174,7 @@ class ControllerHarness:
                     broker_epoch=self.epochs.get(broker_id, -1),
                     want_fence=want_fence,
                     want_shut_down=want_shut_down,
+                    offline_log_dirs=list(offline_log_dirs),
                 )
             )
         )

@@ -228,6 +228,8 @@ class Broker:
     leadership_changes: list[tuple[list[TopicPartition], list[TopicPartition]]]
     log_dir: Path
     deletions: list[list[TopicPartition]]
+    # One entry each time the ReplicaManager said no log dir is left.
+    all_dirs_offline: list[None]
 
     async def leader_and_isr(
         self,
@@ -287,16 +289,20 @@ async def open_broker(
     *,
     min_insync_replicas: int = 1,
     message_max_bytes: int = MAX_BYTES,
+    log_dirs: int = 1,
 ) -> Broker:
+    """`log_dirs` > 1: more dirs beside `log_dir`, named broker-0.1, broker-0.2, ..."""
     clock = ManualClock()
     log_dir = root / f"broker-{BROKER_ID}"
-    log_manager = LogManager(LogManagerConfig(log_dirs=(str(log_dir),)), clock)
+    extra = [str(root / f"broker-{BROKER_ID}.{i}") for i in range(1, log_dirs)]
+    log_manager = LogManager(LogManagerConfig(log_dirs=(str(log_dir), *extra)), clock)
     log_manager.open()
     delayed = DelayedOperations(clock)
     fetchers = RecordingFetchers()
     sink = RecordingSink()
     changes: list[tuple[list[TopicPartition], list[TopicPartition]]] = []
     deletions: list[list[TopicPartition]] = []
+    all_dirs_offline: list[None] = []
     manager = ReplicaManager(
         ReplicaManagerConfig(
             BROKER_ID,
@@ -312,6 +318,7 @@ async def open_broker(
             (list(leaders), list(followers))
         ),
         on_partitions_deleted=lambda deleted: deletions.append(list(deleted)),
+        on_all_log_dirs_offline=lambda: all_dirs_offline.append(None),
         clock=clock,
     )
     await manager.start()
@@ -332,6 +339,7 @@ async def open_broker(
         changes,
         log_dir.resolve(),
         deletions,
+        all_dirs_offline,
     )
 
 

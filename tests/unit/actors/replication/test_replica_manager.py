@@ -1,7 +1,10 @@
 """ReplicaManager control plane on one broker: LeaderAndIsr outcomes (seed 002 with DESIGN.md's
 fixes), followers' fetchers waiting for the leader's endpoint, StopReplica, UpdateMetadata
 (brokers in controlled shutdown included), the leadership hook, and the periodic ISR-expiration
-and HW-checkpoint tasks on a ManualClock."""
+and HW-checkpoint tasks on a ManualClock.
+
+(Over 500 lines: every test drives the same ReplicaManager harness; they read as one set.)
+"""
 
 from __future__ import annotations
 
