@@ -198,7 +198,13 @@ class GroupCoordinator(Actor):
         return partition_for(group_id, partitions)
 
     def _shard(self, group_id: str) -> GroupShard | ErrorCode:
-        shard = self.shards.get(self.partition_of(group_id))
+        partition = self.partition_of(group_id)
+        shard = self.shards.get(partition)
+        if shard is None and self._pending.moves.get(partition):
+            # Led here already, its load not yet started (the wake-up is queued): loading, as
+            # Kafka answers while a load is scheduled, so the client waits instead of asking
+            # FindCoordinator again for the same broker.
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         if shard is None or not shard.running:
             return ErrorCode.NOT_COORDINATOR
         if shard.loading:

@@ -128,6 +128,11 @@ class NativeMember:
             if answers[-1].error_code == ErrorCode.MEMBER_ID_REQUIRED:
                 self.member_id = answers[-1].member_id
                 return False
+            if answers[-1].error_code == ErrorCode.NOT_COORDINATOR:
+                # FindCoordinator may name a leader that has not heard of its leadership yet
+                # (another broker's metadata was ahead): ask again, as a client does.
+                await self.find_coordinator()
+                return False
             return answers[-1].error_code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
 
         await wait_until(answered, "a join answer", timeout_s=WAIT_S)

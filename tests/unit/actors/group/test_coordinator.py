@@ -102,6 +102,21 @@ async def test_a_loading_partition_answers_load_in_progress(
     assert fetched.error_code == ErrorCode.NONE
 
 
+async def test_a_partition_led_but_not_yet_loading_answers_load_in_progress(
+    coordinator: tuple[GroupCoordinator, ManualClock],
+) -> None:
+    """Between the leadership hook and the actor applying it, the broker leads the partition
+    (FindCoordinator names it) but has no shard: a client must wait, not look elsewhere."""
+    router, _ = coordinator
+    router.on_leadership_change([OFFSETS_0], [])
+    assert 0 not in router.shards, "the move is applied by the actor, later"
+    fetched = await router.offset_fetch(OffsetFetchRequest(group_id="g"))
+    assert fetched.error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    await until(lambda: 0 in router.shards and not router.shards[0].loading, "loaded")
+    fetched = await router.offset_fetch(OffsetFetchRequest(group_id="g"))
+    assert fetched.error_code == ErrorCode.NONE
+
+
 async def test_deleted_partitions_lose_their_offsets_in_every_shard(
     coordinator: tuple[GroupCoordinator, ManualClock], offsets_log: MemoryOffsetsLog
 ) -> None:
