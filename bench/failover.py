@@ -60,19 +60,14 @@ from runtime.net.transport import Address
 from testkit.probes import (
     broker_states,
     create_topic,
+    one_record,
+    only_answer,
     partitions_of,
     wait_fully_replicated,
     wait_until,
 )
 from testkit.processes import ProcessCluster, running_cluster
-from wire.batch_builder import build_batch
 from wire.errors import ErrorCode
-from wire.messages import (
-    PartitionProduceData,
-    ProduceRequest,
-    ProduceResponse,
-    TopicProduceData,
-)
 
 TOPIC: Final = "failover"
 # What the benchmark runs with (see the module docstring for why these values).
@@ -90,36 +85,17 @@ BENCH_PROPERTIES: Final[Mapping[str, Value]] = {
 # The produce that ends a failover
 
 
-def produce_request(topic: str, partition: int, value: bytes, *, timeout_ms: int) -> ProduceRequest:
-    return ProduceRequest(
-        acks=-1,
-        timeout_ms=timeout_ms,
-        topic_data=[
-            TopicProduceData(
-                name=topic,
-                partition_data=[
-                    PartitionProduceData(
-                        index=partition, records=build_batch([(None, value)], base_timestamp=0)
-                    )
-                ],
-            )
-        ],
-    )
-
-
 async def produce_once(
     client: Client, address: Address, topic: str, partition: int, value: bytes
 ) -> ErrorCode | str:
     """One acks=all record to `address`: its error code, or the client error's name."""
     try:
         response = await client.send(
-            address, produce_request(topic, partition, value, timeout_ms=1_000), timeout_ms=2_000
+            address, one_record(topic, partition, value, timeout_ms=1_000), timeout_ms=2_000
         )
     except ClientError as exc:
         return type(exc).__name__
-    assert isinstance(response, ProduceResponse), response
-    [answer] = response.responses[0].partition_responses
-    return ErrorCode.from_code(answer.error_code)
+    return ErrorCode.from_code(only_answer(response).error_code)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -58,10 +58,10 @@ from client.errors import RequestTimeoutError
 from node.broker.config import BrokerConfig, known_properties, property_defaults
 from node.layout import CLUSTER_JSON_NAME
 from runtime.config import ConfigError, EffectiveConfig, Value, parse_override, resolve
-from runtime.log.meta_properties import directory_id_text
 from runtime.net.transport import Address
 from wire.errors import ErrorCode
 from wire.messages import DescribeClusterRequest, DescribeClusterResponse
+from wire.topic import uuid_text
 
 STATUS_PROG: Final = "ketch cluster status"
 CONFIG_PROG: Final = "ketch config show"
@@ -205,7 +205,7 @@ def cluster_status(
                 b.host,
                 b.port,
                 b.state,
-                tuple(directory_id_text(d) for d in b.offline_log_dirs),
+                tuple(uuid_text(d) for d in b.offline_log_dirs),
             )
             for b in sorted(response.brokers, key=lambda b: b.broker_id)
         ),

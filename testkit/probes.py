@@ -1,5 +1,6 @@
 """Looking at a running cluster from outside, through its brokers' native listeners: bounded
-polls and the few requests a harness needs (DescribeCluster, Metadata, CreateTopics).
+polls and the few requests a harness needs (DescribeCluster, Metadata, CreateTopics, and a
+one-record Produce).
 
 Each function asks the given addresses in order and takes the first answer, so a caller can
 leave out a broker it has just killed. None of them raises for a broker that does not answer:
@@ -16,6 +17,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from client.client import Client
 from client.errors import ClientError
 from runtime.net.transport import Address
+from wire.batch_builder import build_batch
 from wire.errors import ErrorCode
 from wire.messages import (
     CreatableTopic,
@@ -28,8 +30,13 @@ from wire.messages import (
     MetadataRequestTopic,
     MetadataResponse,
     MetadataResponsePartition,
+    PartitionProduceData,
+    PartitionProduceResponse,
+    ProduceRequest,
+    ProduceResponse,
     Request,
     Response,
+    TopicProduceData,
 )
 
 
@@ -132,3 +139,31 @@ async def wait_fully_replicated(
 
     await wait_until(full, f"{topic}: every partition led with a full ISR", timeout_s=timeout_s)
     return found
+
+
+def one_record(
+    topic: str, partition: int, value: bytes, *, timeout_ms: int, acks: int = -1
+) -> ProduceRequest:
+    """A Produce of one record (no key, timestamp 0) to one partition."""
+    return ProduceRequest(
+        acks=acks,
+        timeout_ms=timeout_ms,
+        topic_data=[
+            TopicProduceData(
+                name=topic,
+                partition_data=[
+                    PartitionProduceData(
+                        index=partition, records=build_batch([(None, value)], base_timestamp=0)
+                    )
+                ],
+            )
+        ],
+    )
+
+
+def only_answer(response: object) -> PartitionProduceResponse:
+    """The one partition answer of a Produce of one partition."""
+    assert isinstance(response, ProduceResponse), response
+    [topic] = response.responses
+    [answer] = topic.partition_responses
+    return answer

@@ -53,8 +53,24 @@ class TopicPartition:
         return cls(topic, int(number))
 
 
+def uuid_text(uuid: bytes) -> str:
+    """Kafka's printed form of a Uuid (topic ids, directory ids): URL-safe base64, no padding."""
+    return base64.urlsafe_b64encode(uuid).rstrip(b"=").decode("ascii")
+
+
+def parse_uuid_text(text: str) -> bytes:
+    """The 16 bytes `uuid_text` printed; ValueError for anything else."""
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except ValueError:
+        raise ValueError(f"{text!r} is not URL-safe base64") from None
+    if len(raw) != len(ZERO_UUID):
+        raise ValueError(f"{text!r} is not a 16-byte id")
+    return raw
+
+
 def topic_id_text(topic_id: bytes) -> str | None:
-    """Kafka's printed form of a topic id (URL-safe base64, no padding); None when unset."""
+    """Kafka's printed form of a topic id; None when unset."""
     if topic_id == ZERO_UUID:
         return None
-    return base64.urlsafe_b64encode(topic_id).rstrip(b"=").decode("ascii")
+    return uuid_text(topic_id)

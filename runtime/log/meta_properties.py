@@ -23,7 +23,6 @@ kept when the file is rewritten. Pure file format plus one atomic write; no stat
 
 from __future__ import annotations
 
-import base64
 import os
 import time
 import uuid
@@ -34,6 +33,7 @@ from typing import Final
 
 from runtime.log.checkpoints import fsync_dir
 from runtime.log.errors import LogDirError
+from wire.topic import parse_uuid_text, uuid_text
 
 META_PROPERTIES_FILE: Final = "meta.properties"
 VERSION: Final = "1"
@@ -49,15 +49,12 @@ def random_directory_id() -> bytes:
 
 
 def directory_id_text(directory_id: bytes) -> str:
-    return base64.urlsafe_b64encode(directory_id).rstrip(b"=").decode("ascii")
+    return uuid_text(directory_id)
 
 
 def parse_directory_id(text: str) -> bytes:
-    try:
-        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-    except ValueError:
-        raise ValueError(f"directory.id {text!r} is not URL-safe base64") from None
-    if len(raw) != DIRECTORY_ID_BYTES or raw == _ZERO_ID:
+    raw = parse_uuid_text(text)  # ValueError names what is wrong
+    if raw == _ZERO_ID:
         raise ValueError(f"directory.id {text!r} is not a 16-byte non-zero id")
     return raw
 

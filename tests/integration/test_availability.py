@@ -33,20 +33,22 @@ from client.config import ClientConfig
 from client.errors import ClientError
 from runtime.clock import SystemClock
 from runtime.net.tcp import TcpTransport
-from testkit.probes import create_topic, partitions_of, wait_fully_replicated, wait_until
+from testkit.probes import (
+    create_topic,
+    one_record,
+    only_answer,
+    partitions_of,
+    wait_fully_replicated,
+    wait_until,
+)
 from testkit.processes import ProcessCluster, running_cluster
 from tests.integration.cluster_properties import PROPERTIES
-from wire.batch_builder import build_batch
 from wire.errors import ErrorCode
 from wire.messages import (
     FetchPartition,
     FetchRequest,
     FetchResponse,
     FetchTopic,
-    PartitionProduceData,
-    ProduceRequest,
-    ProduceResponse,
-    TopicProduceData,
 )
 from wire.record_reader import iter_records
 from wire.records import iter_batches
@@ -138,7 +140,9 @@ class SteadyProducer:
         seq = 0
         while not self.stop.is_set():
             self.stats(partition).sent.add(seq)
-            records = build_batch([(None, self.value(partition, seq))])
+            request = one_record(
+                TOPIC, partition, self.value(partition, seq), timeout_ms=PRODUCE_TIMEOUT_MS
+            )
             attempt = 0
             while True:  # the same record until it is acknowledged
                 if attempt:
@@ -150,20 +154,7 @@ class SteadyProducer:
                 self.stats(partition).leaders.add(leader.node_id)
                 try:
                     response = await self.client.send(
-                        leader.address,
-                        ProduceRequest(
-                            acks=-1,
-                            timeout_ms=PRODUCE_TIMEOUT_MS,
-                            topic_data=[
-                                TopicProduceData(
-                                    name=TOPIC,
-                                    partition_data=[
-                                        PartitionProduceData(index=partition, records=records)
-                                    ],
-                                )
-                            ],
-                        ),
-                        timeout_ms=PRODUCE_TIMEOUT_MS + 5_000,
+                        leader.address, request, timeout_ms=PRODUCE_TIMEOUT_MS + 5_000
                     )
                 except ClientError as exc:
                     lost = f"{CONNECTION_LOST} to {leader.node_id}: {type(exc).__name__}"
@@ -171,8 +162,7 @@ class SteadyProducer:
                     self.client.metadata.request_update()
                     await asyncio.sleep(0.05)  # backoff before the retry, as a client's
                     continue
-                assert isinstance(response, ProduceResponse), response
-                [answer] = response.responses[0].partition_responses
+                answer = only_answer(response)
                 code = ErrorCode.from_code(answer.error_code)
                 if code is ErrorCode.NONE:
                     self.acked[partition][seq] = answer.base_offset

@@ -25,15 +25,8 @@ from client.errors import ClientError
 from client.fetched_records import ConsumerRecord
 from runtime.net.memory import LinkConfig
 from testkit.cluster import Cluster
-from wire.batch_builder import build_batch
+from testkit.probes import one_record, only_answer
 from wire.errors import ErrorCode
-from wire.messages import (
-    PartitionProduceData,
-    PartitionProduceResponse,
-    ProduceRequest,
-    ProduceResponse,
-    TopicProduceData,
-)
 from wire.records import iter_batches
 from wire.topic import TopicPartition
 
@@ -58,30 +51,6 @@ CLIENT_CONFIG = ClientConfig(
 
 def value_of(i: int) -> bytes:
     return b"record-%06d" % i
-
-
-def produce_request(value: bytes, *, timeout_ms: int) -> ProduceRequest:
-    return ProduceRequest(
-        acks=-1,
-        timeout_ms=timeout_ms,
-        topic_data=[
-            TopicProduceData(
-                name=TOPIC,
-                partition_data=[
-                    PartitionProduceData(
-                        index=0, records=build_batch([(None, value)], base_timestamp=0)
-                    )
-                ],
-            )
-        ],
-    )
-
-
-def only_answer(response: object) -> PartitionProduceResponse:
-    assert isinstance(response, ProduceResponse), response
-    [topic] = response.responses
-    [answer] = topic.partition_responses
-    return answer
 
 
 @dataclass
@@ -119,7 +88,7 @@ class ContinuousProducer:
         if address is None:
             return "no live leader"
         try:
-            response = await client.send(address, produce_request(value_of(i), timeout_ms=500))
+            response = await client.send(address, one_record(TOPIC, 0, value_of(i), timeout_ms=500))
         except ClientError as exc:
             return type(exc).__name__
         answer = only_answer(response)
@@ -265,7 +234,7 @@ async def test_acks_all_times_out_then_is_refused_with_too_few_replicas(tmp_path
 
         async def produce(value: bytes) -> ErrorCode:
             assert client is not None
-            request = produce_request(value, timeout_ms=200)
+            request = one_record(TOPIC, 0, value, timeout_ms=200)
             answer = only_answer(await cluster.drive(client.send(address, request)))
             return ErrorCode.from_code(answer.error_code)
 

@@ -17,15 +17,8 @@ from client.client import Client
 from client.config import ClientConfig
 from node.layout import CONTROLLER_NODE
 from testkit.cluster import Cluster
-from wire.batch_builder import build_batch
+from testkit.probes import one_record, only_answer
 from wire.errors import ErrorCode
-from wire.messages import (
-    PartitionProduceData,
-    PartitionProduceResponse,
-    ProduceRequest,
-    ProduceResponse,
-    TopicProduceData,
-)
 from wire.topic import TopicPartition
 
 SEED = 18
@@ -48,35 +41,11 @@ CLIENT_CONFIG = ClientConfig(
 )
 
 
-def produce_request(value: bytes, *, timeout_ms: int, acks: int = -1) -> ProduceRequest:
-    return ProduceRequest(
-        acks=acks,
-        timeout_ms=timeout_ms,
-        topic_data=[
-            TopicProduceData(
-                name=TOPIC,
-                partition_data=[
-                    PartitionProduceData(
-                        index=0, records=build_batch([(None, value)], base_timestamp=0)
-                    )
-                ],
-            )
-        ],
-    )
-
-
-def only_answer(response: object) -> PartitionProduceResponse:
-    assert isinstance(response, ProduceResponse), response
-    [topic] = response.responses
-    [answer] = topic.partition_responses
-    return answer
-
-
 async def produce(
     cluster: Cluster, client: Client, value: bytes, *, timeout_ms: int, acks: int = -1
 ) -> ErrorCode:
     address = cluster.leader(TP).address
-    request = produce_request(value, timeout_ms=timeout_ms, acks=acks)
+    request = one_record(TOPIC, 0, value, timeout_ms=timeout_ms, acks=acks)
     answer = only_answer(await cluster.drive(client.send(address, request)))
     return ErrorCode.from_code(answer.error_code)
 

@@ -12,6 +12,7 @@ from wire.messages import (
     AlterPartitionResponse,
     LeaderAndIsrRequest,
 )
+from wire.metadata_records import PartitionRecord
 
 
 def code(response: AlterPartitionResponse) -> ErrorCode:
@@ -75,14 +76,20 @@ async def test_a_fenced_or_shutting_down_broker_may_not_join_the_isr(
 # -- a retried AlterPartition, a refused leader (issue 18, finding 1) ----------------------------
 
 
-async def test_a_retried_alter_partition_whose_first_copy_was_applied_gets_the_current_state(
-    harness: ControllerHarness,
-) -> None:
+async def shrunk_to_0_1(harness: ControllerHarness) -> tuple[PartitionRecord, PartitionRecord]:
+    """Topic "t" on brokers 0-2, led by 0, after its leader's shrink to [0, 1] was applied: the
+    partition before and after."""
     await cluster(harness)
     await harness.create_topic("t", 1, 3, assignments=[[0, 1, 2]])
     before = harness.partition("t")
     assert code(await harness.alter_isr("t", [0, 1])) is ErrorCode.NONE
-    applied = harness.partition("t")
+    return before, harness.partition("t")
+
+
+async def test_a_retried_alter_partition_whose_first_copy_was_applied_gets_the_current_state(
+    harness: ControllerHarness,
+) -> None:
+    before, applied = await shrunk_to_0_1(harness)
     harness.channels.take()
     written = harness.store.next_offset
     # The answer to the first copy was lost; the broker's AlterPartition manager resends the
@@ -107,11 +114,7 @@ async def test_a_retried_alter_partition_whose_first_copy_was_applied_gets_the_c
 async def test_only_a_repeat_of_the_applied_change_is_accepted_from_an_older_partition_epoch(
     harness: ControllerHarness,
 ) -> None:
-    await cluster(harness)
-    await harness.create_topic("t", 1, 3, assignments=[[0, 1, 2]])
-    before = harness.partition("t")
-    assert code(await harness.alter_isr("t", [0, 1])) is ErrorCode.NONE
-    applied = harness.partition("t")
+    before, applied = await shrunk_to_0_1(harness)
     old = {"leader_epoch": before.leader_epoch, "partition_epoch": before.partition_epoch}
     # Another ISR than the current one (also the same members in another order, as Kafka
     # compares them): the proposal is based on a state that is gone.
@@ -129,11 +132,7 @@ async def test_only_a_repeat_of_the_applied_change_is_accepted_from_an_older_par
 async def test_a_leader_refused_for_a_stale_partition_epoch_is_sent_the_committed_state(
     harness: ControllerHarness,
 ) -> None:
-    await cluster(harness)
-    await harness.create_topic("t", 1, 3, assignments=[[0, 1, 2]])
-    before = harness.partition("t")
-    assert code(await harness.alter_isr("t", [0, 1])) is ErrorCode.NONE
-    committed = harness.partition("t")
+    before, committed = await shrunk_to_0_1(harness)
     harness.channels.take()
     # A proposal from the state before the change (its answer never reached the partition, which
     # now wants another ISR): refused, and the leader would keep it pending until a LeaderAndIsr.

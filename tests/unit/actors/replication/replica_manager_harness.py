@@ -5,6 +5,7 @@ for the controller's and clients' requests."""
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -198,6 +199,20 @@ def only_fetch_answer(response: object) -> FetchResponsePartition:
     [topic] = response.responses
     [answer] = topic.partitions
     return answer
+
+
+def fail_writes(broker: Broker, tp: TopicPartition) -> None:
+    """The disk "fails" under the partition's active segment: its descriptor becomes read-only,
+    so the next write raises OSError (EBADF) inside the partition actor, while closing it at
+    teardown still works."""
+    partition_log = broker.log_manager.get_log(tp)
+    assert partition_log is not None
+    segment = partition_log.active_segment
+    read_only = os.open(segment.log_path, os.O_RDONLY)
+    try:
+        os.dup2(read_only, segment._fd)
+    finally:
+        os.close(read_only)
 
 
 async def settle(condition: Callable[[], bool], *, turns: int = 200) -> None:

@@ -4,7 +4,6 @@ and a broker with no live dir left says so."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from actors.views import Role
@@ -13,6 +12,7 @@ from tests.unit.actors.replication.replica_manager_harness import (
     Broker,
     batch,
     close_broker,
+    fail_writes,
     only_produce_answer,
     open_broker,
     partition_state,
@@ -24,18 +24,6 @@ from wire.messages import LeaderAndIsrPartitionState, LeaderAndIsrResponse
 from wire.topic import TopicPartition
 
 TP0, TP1, TP2, TP3 = (TopicPartition("orders", i) for i in range(4))
-
-
-def fail_writes(broker: Broker, tp: TopicPartition) -> None:
-    """The disk "fails" (as in test_request_path.py): the next write raises OSError (EBADF)."""
-    partition_log = broker.log_manager.get_log(tp)
-    assert partition_log is not None
-    segment = partition_log.active_segment
-    read_only = os.open(segment.log_path, os.O_RDONLY)
-    try:
-        os.dup2(read_only, segment._fd)
-    finally:
-        os.close(read_only)
 
 
 async def produce(broker: Broker, tp: TopicPartition) -> ErrorCode:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from tests.unit.actors.replication.replica_manager_harness import (
     batch,
     broker_entry,
     close_broker,
+    fail_writes,
     fetch_request,
     only_fetch_answer,
     only_produce_answer,
@@ -463,15 +463,7 @@ async def test_a_stray_led_partition_is_reported_no_longer_led(broker: Broker) -
 async def test_a_log_failure_reports_the_partition_no_longer_led(broker: Broker) -> None:
     await broker.leader_and_isr(partition_state(BROKER_ID, 1, [BROKER_ID]))
     await broker.path.produce(produce_request(batch(), acks=1))
-    partition_log = broker.log_manager.get_log(TP)
-    assert partition_log is not None
-    segment = partition_log.active_segment
-    # The disk "fails" (as in test_request_path.py): the next write raises OSError (EBADF).
-    read_only = os.open(segment.log_path, os.O_RDONLY)
-    try:
-        os.dup2(read_only, segment._fd)
-    finally:
-        os.close(read_only)
+    fail_writes(broker, TP)
     failed = only_produce_answer(await broker.path.produce(produce_request(batch(), acks=1)))
     assert failed.error_code == ErrorCode.KAFKA_STORAGE_ERROR
     await settle(lambda: len(broker.leadership_changes) == 2)

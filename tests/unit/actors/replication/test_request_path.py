@@ -7,7 +7,6 @@ OffsetForLeaderEpoch."""
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -23,6 +22,7 @@ from tests.unit.actors.replication.replica_manager_harness import (
     advance,
     batch,
     close_broker,
+    fail_writes,
     fetch_request,
     only_fetch_answer,
     only_produce_answer,
@@ -420,16 +420,7 @@ async def test_a_log_failure_takes_the_partition_offline(broker: Broker) -> None
     await broker.leader_and_isr(partition_state(BROKER_ID, EPOCH, [BROKER_ID]))
     first = only_produce_answer(await broker.path.produce(produce_request(batch(), acks=1)))
     assert first.error_code == ErrorCode.NONE
-    partition_log = broker.log_manager.get_log(TP)
-    assert partition_log is not None
-    segment = partition_log.active_segment
-    # The disk "fails": the segment's descriptor becomes read-only, so the next write raises
-    # OSError (EBADF) inside the partition actor, while closing it at teardown still works.
-    read_only = os.open(segment.log_path, os.O_RDONLY)
-    try:
-        os.dup2(read_only, segment._fd)
-    finally:
-        os.close(read_only)
+    fail_writes(broker, TP)
     failed = only_produce_answer(await broker.path.produce(produce_request(batch(), acks=1)))
     assert failed.error_code == ErrorCode.KAFKA_STORAGE_ERROR
     actor = broker.manager.partition(TP)
