@@ -21,9 +21,12 @@ Errors are values. OFFSET_OUT_OF_RANGE resets the position as Kafka 2.x does (Li
 leader). FENCED_LEADER_EPOCH, or a follower that refuses the data as fenced / no longer a
 follower, marks the partition FAILED: this leadership is over and nothing is fetched until the
 ReplicaManager re-adds the partition with its new state. Other partition errors
-(UNKNOWN_LEADER_EPOCH and NOT_LEADER_OR_FOLLOWER from a leader that has not caught up with the
-controller yet, UNKNOWN_TOPIC_OR_PARTITION, ...) and connection failures delay the partitions
-for replica.fetch.backoff.ms on the injected clock; re-adding them lifts the delay.
+(NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, ...) and connection failures delay the
+partitions for replica.fetch.backoff.ms on the injected clock; re-adding them lifts the delay.
+UNKNOWN_LEADER_EPOCH, from a leader that has not yet heard of the epoch the follower already
+has, delays them only LEADER_BEHIND_BACKOFF_MS: the controller told both at once, so the leader
+is about to catch up (Kafka backs off the full replica.fetch.backoff.ms here, which costs an
+acks=all producer a second after each failover that loses this race).
 
 State and why no lock is needed: the fetcher owns its partition table (`FetchStates`,
 actors/replication/fetch_state.py), changed by the manager's synchronous `add_partitions` /
@@ -118,6 +121,10 @@ _CONNECTION_ERRORS: Final = (ClientError, ConnectionError, TimeoutError)
 _FOLLOWER_GONE: Final = (MailboxClosed, ActorFatalError)
 # Answers meaning this leadership is over for the partition: wait for the ReplicaManager.
 _FENCED: Final = frozenset({ErrorCode.FENCED_LEADER_EPOCH})
+# How long a partition waits after UNKNOWN_LEADER_EPOCH: the leader is only behind the
+# controller's news, not unreachable, so it is asked again soon (never later than the usual
+# replica.fetch.backoff.ms).
+LEADER_BEHIND_BACKOFF_MS: Final = 20
 # The follower's own refusals with the same meaning (it moved to another epoch or role).
 _FOLLOWER_FENCED: Final = frozenset(
     {ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.NOT_LEADER_OR_FOLLOWER}
@@ -248,6 +255,13 @@ class ReplicaFetcher:
     def _answer_error(self, tp: TopicPartition, sent: Sent, error: ErrorCode) -> None:
         if error in _FENCED:
             self._states.fail(tp, sent, error.name)
+        elif error is ErrorCode.UNKNOWN_LEADER_EPOCH:
+            # The leader has not yet processed the LeaderAndIsr this follower already has; the
+            # controller sent both at once, so it is milliseconds behind. A full back-off here
+            # made every such race cost a failover one replica.fetch.backoff.ms of acks=all
+            # latency (bench/failover.py's "first produce" went from 3 ms to 1,009 ms).
+            backoff_ms = min(LEADER_BEHIND_BACKOFF_MS, self.config.replica_fetch_backoff_ms)
+            self._states.delay(tp, sent, self.clock.monotonic_ms() + backoff_ms)
         else:
             self._delay(tp, sent)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from actors.replication.fetch_state import FetchStatus, InitialFetchState
+from actors.replication.fetcher import LEADER_BEHIND_BACKOFF_MS
 from actors.replication.partition_messages import BecomeFollower, BecomeLeader
 from tests.unit.actors.replication.fetcher_harness import (
     BACKOFF_MS,
@@ -162,9 +163,10 @@ async def test_fenced_epoch_stops_fetching_until_re_added(setup: Setup) -> None:
     assert log_bytes(follower) == log_bytes(leader)
 
 
-async def test_unknown_leader_epoch_backs_off_and_retries(setup: Setup) -> None:
+async def test_unknown_leader_epoch_backs_off_briefly_and_retries(setup: Setup) -> None:
     """The follower learned of epoch 1 before the leader did: the leader answers
-    UNKNOWN_LEADER_EPOCH, and the fetcher retries after the back-off until it catches up."""
+    UNKNOWN_LEADER_EPOCH, and the fetcher retries after the short leader-behind back-off (not the
+    full replica.fetch.backoff.ms) until the leader catches up."""
     leader, follower = await leader_and_follower(setup)
     await produce(leader, 1)
     await follower.actor.ask(BecomeFollower(state(1, 1, (1, 2), 1, replicas=(1, 2))))
@@ -174,10 +176,14 @@ async def test_unknown_leader_epoch_backs_off_and_retries(setup: Setup) -> None:
     await turns()
     # An empty follower has nothing to truncate: its first request is the fetch, refused.
     assert [type(r) for r in server.requests] == [FetchRequest]
-    assert fetcher_state(manager).delayed_until_ms == setup.clock.monotonic_ms() + BACKOFF_MS
-    setup.clock.advance(BACKOFF_MS - 1)
+    short = min(LEADER_BEHIND_BACKOFF_MS, BACKOFF_MS)
+    assert short < BACKOFF_MS
+    assert fetcher_state(manager).delayed_until_ms == setup.clock.monotonic_ms() + short
+    setup.clock.advance(short - 1)
     await turns()
     assert len(server.requests) == 1, "no retry before the back-off"
-    await leader.actor.ask(BecomeLeader(state(1, 1, (1, 2), 1, replicas=(1, 2))))
     setup.clock.advance(1)
+    await setup.until(lambda: len(server.requests) == 2, what="the retry after the short back-off")
+    await leader.actor.ask(BecomeLeader(state(1, 1, (1, 2), 1, replicas=(1, 2))))
+    setup.clock.advance(short)
     await setup.until(lambda: leo(follower) == 1, what="caught up in epoch 1")
