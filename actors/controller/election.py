@@ -13,7 +13,8 @@ The rules (Kafka's Election.scala and AdminUtils, with the later fix that the IS
   unclean.leader.election.enable is set does the first live assigned replica lead, with an ISR of
   just itself (it may lack acknowledged records: the result is flagged `unclean`). When nothing
   is electable the ISR is left as it is and there is no leader: the last ISR member keeps its place,
-  so a clean election is possible again the moment it returns.
+  so a clean election is possible again the moment it returns. An empty ISR (its last member came
+  back without its data) allows only the unclean election.
 - Controlled shutdown: the first assigned replica that is live, in the ISR and not shutting down
   leads; the ISR drops every shutting-down broker. A shutting-down broker never joins an election.
 - Preferred replica: the first assigned replica leads, if it is live and in the ISR.
@@ -40,7 +41,9 @@ class ElectionResult:
     unclean: bool = False
 
     def __post_init__(self) -> None:
-        assert self.isr, "an election never empties the ISR"
+        # An election never empties the ISR; one that finds it empty (its last member lost
+        # its data) and elects nobody leaves it so.
+        assert self.isr or self.leader is None, "an election never empties the ISR"
         assert self.leader is None or self.leader in self.isr, (self.leader, self.isr)
         assert not self.unclean or self.isr == (self.leader,), self
 
@@ -49,7 +52,6 @@ def _check_partition(assignment: Sequence[int], isr: Sequence[int]) -> None:
     # Callers pass the controller's own committed state; a violation is a controller bug.
     assert assignment, "a partition has at least one replica"
     assert len(set(assignment)) == len(assignment), f"duplicate replicas in {assignment}"
-    assert isr, "the ISR is never empty"
     assert set(isr) <= set(assignment), f"ISR {isr} is not within the assignment {assignment}"
 
 
@@ -102,8 +104,7 @@ def remove_from_isr(isr: Sequence[int], broker_id: int) -> tuple[int, ...]:
     """The ISR without `broker_id`, except that its last member stays: an empty ISR would lose
     track of which replica has every acknowledged record. When the remaining member is the dead
     broker itself, the caller sets the leader to -1 (Kafka's removeReplicasFromIsr)."""
-    assert isr, "the ISR is never empty"
-    if len(isr) == 1:
+    if len(isr) <= 1:
         return tuple(isr)
     return tuple(r for r in isr if r != broker_id)
 

@@ -15,7 +15,10 @@ rejoin an ISR by catching up:
     the old process cannot still be writing them: it died (a kill -9 and a quick restart, as
     `ketch up` does in half a second). Kafka waits out the session here, stalling every acks=all
     write the dead incarnation's ISR membership holds back; ketch need not.
-Each registration gets a new broker epoch, which the requests to that broker carry; a heartbeat
+A registration that lacks a directory the broker registered before (wiped and recreated, so
+with a new id; finding 9) takes the broker out of every ISR in the same commit
+(`forget_lost_replicas`): an empty replacement log is never elected. Each registration gets a
+new broker epoch, which the requests to that broker carry; a heartbeat
 with another epoch, or from a fenced broker, is told to register again.
 
 - Startup (`on_broker_startup`, Kafka's onBrokerStartup): the broker gets a session and a
@@ -36,6 +39,7 @@ the actor's handlers.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from actors.controller.context import ControllerContext
 from actors.controller.election import offline_election, remove_from_isr
@@ -97,6 +101,8 @@ async def register(
     epoch = ctx.model.next_broker_epoch()
     endpoints = tuple(Endpoint(lst.name, lst.host, lst.port) for lst in request.listeners)
     change = Change(ctx.model)
+    if existing is not None and lost_log_dirs(existing.log_dirs, request.log_dirs):
+        forget_lost_replicas(ctx, change, broker_id)
     change.add(
         RegisterBrokerRecord(
             broker_id,
@@ -112,6 +118,43 @@ async def register(
     log.info("%s: broker %d registered with epoch %d", ctx.name, broker_id, epoch)
     await on_broker_startup(ctx, [broker_id])
     return BrokerRegistrationResponse(broker_epoch=epoch)
+
+
+def lost_log_dirs(registered: Sequence[bytes], now: Sequence[bytes]) -> frozenset[bytes]:
+    """The directories a broker registered before and does not bring back: each was replaced
+    (wiped and recreated with a new meta.properties, hence a new id) or removed from log.dirs.
+    A broker that registered none before (a first start, or one from before directory ids)
+    proves nothing."""
+    return frozenset(registered) - frozenset(now)
+
+
+def forget_lost_replicas(ctx: ControllerContext, change: Change, broker_id: int) -> None:
+    """The broker's replicas may have lost their data (issue 18, finding 9): it leaves every
+    ISR, the last member too, and any leadership, in the same commit as its registration, so it
+    is never electable on an empty replacement log. It rejoins an ISR only by catching up, like
+    any follower. A partition whose ISR it was the last member of keeps an empty ISR and no
+    leader: no replica is known to hold every acknowledged record any more, so only an unclean
+    election (unclean.leader.election.enable) can bring it back, as after the loss of a
+    partition's whole ISR in Kafka. Which partitions sat in the lost directory is not
+    recorded (Kafka's KIP-858 keeps a directory per replica), so every replica on the broker is
+    treated as lost: safe, at the price of re-replicating the survivors of another directory."""
+    model = ctx.model
+    forgotten = []
+    for p in model.partitions_hosted_on(broker_id):
+        if model.is_queued_for_deletion(p.topic_id) or broker_id not in p.isr:
+            continue
+        isr = tuple(r for r in p.isr if r != broker_id)
+        leader = NO_LEADER if p.leader == broker_id or not isr else p.leader
+        change.move(p, leader=leader, isr=isr)
+        forgotten.append(model.topic_partition(p))
+    log.warning(
+        "%s: broker %d came back without log dirs it had registered: its replicas of %d "
+        "partitions may be empty and leave their ISRs (%s)",
+        ctx.name,
+        broker_id,
+        len(forgotten),
+        ", ".join(str(tp) for tp in forgotten[:10]) + (" ..." if len(forgotten) > 10 else ""),
+    )
 
 
 async def heartbeat(

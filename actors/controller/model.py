@@ -318,7 +318,8 @@ def _check_partition_record(record: PartitionRecord) -> None:
     assert record.replicas, f"no replicas: {record}"
     assert len(set(record.replicas)) == len(record.replicas), f"duplicate replicas: {record}"
     assert all(r >= 0 for r in record.replicas), record
-    assert record.isr, f"empty ISR: {record}"
+    # Empty only when the last ISR member lost its data (liveness.forget_lost_replicas).
+    assert record.isr or record.leader == NO_LEADER, f"empty ISR with a leader: {record}"
     assert len(set(record.isr)) == len(record.isr), f"duplicate ISR members: {record}"
     assert set(record.isr) <= set(record.replicas), f"ISR outside the replicas: {record}"
     assert record.leader == NO_LEADER or record.leader in record.isr, f"leader not in ISR: {record}"

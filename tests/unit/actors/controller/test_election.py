@@ -55,6 +55,12 @@ def test_offline_election_without_live_isr_keeps_the_isr_and_elects_nobody() -> 
     assert result == ElectionResult(None, (1,), unclean=False)
 
 
+def test_an_empty_isr_allows_only_the_unclean_election() -> None:
+    """The last ISR member came back without its data (finding 9): nobody is clean."""
+    assert offline_election([1, 2, 3], [], {1, 2, 3}, False) == ElectionResult(None, ())
+    assert offline_election([1, 2, 3], [], {2, 3}, True) == ElectionResult(2, (2,), unclean=True)
+
+
 def test_unclean_election_takes_the_first_live_assigned_replica_alone() -> None:
     result = offline_election([1, 2, 3], [1], live={3, 2}, unclean_enabled=True)
     assert result == ElectionResult(2, (2,), unclean=True)

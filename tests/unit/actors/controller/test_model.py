@@ -142,7 +142,7 @@ def change(model: ControllerModel, topic_id: bytes, partition: int, **fields: An
         (PartitionRecord(bytes(range(90, 106)), 0, (0,), (0,), 0, 0, 0), "unknown topic"),
         (PartitionRecord(ORDERS, 5, (), (0,), 0, 0, 0), "no replicas"),
         (PartitionRecord(ORDERS, 5, (0, 0), (0,), 0, 0, 0), "duplicate replicas"),
-        (PartitionRecord(ORDERS, 5, (0, 1), (), -1, 0, 0), "empty ISR"),
+        (PartitionRecord(ORDERS, 5, (0, 1), (), 0, 0, 0), "empty ISR with a leader"),
         (PartitionRecord(ORDERS, 5, (0, 1), (0, 2), 0, 0, 0), "ISR outside replicas"),
         (PartitionRecord(ORDERS, 5, (0, 1), (0,), 1, 0, 0), "leader outside ISR"),
         (PartitionRecord(ORDERS, -1, (0,), (0,), 0, 0, 0), "negative partition"),
