@@ -95,6 +95,7 @@ from runtime.actor import Actor, ActorFatalError, MailboxClosed, MailboxFull, Su
 from runtime.clock import Clock
 from runtime.log.errors import (
     InvalidOffsetError,
+    InvalidProducerStateError,
     InvalidRecordError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
@@ -336,6 +337,8 @@ class PartitionActor(Actor):
                 return LeaderAppendResult(ErrorCode.MESSAGE_TOO_LARGE)
             except InvalidRecordError:
                 return LeaderAppendResult(ErrorCode.INVALID_RECORD)
+            except InvalidProducerStateError as exc:
+                return LeaderAppendResult(exc.error)
             advanced = self._maybe_increment_high_watermark(self.clock.monotonic_ms())
         self._publish(leader_append=True, high_watermark=advanced)
         return LeaderAppendResult(

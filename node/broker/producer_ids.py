@@ -31,12 +31,13 @@ InitProducerId (`init_producer_id`):
 * producer_id >= 0 and producer_epoch >= 0 (KIP-360 epoch bump, InitProducerId v3+): the same id
   with the next epoch; when the epoch would pass 32767 (int16), a new id with epoch 0, as Kafka
   does when a producer's epoch is exhausted. (Kafka's brokers answer a non-transactional producer
-  with a fresh id whatever pair it sent; bumping the pair keeps the producer's id, and without
-  per-partition producer state either is safe.) Only one of the two given: INVALID_REQUEST.
+  with a fresh id whatever pair it sent; bumping the pair keeps the producer's id: the
+  partitions then expect sequence 0 under the new epoch and fence the old one.) Only one of
+  the two given: INVALID_REQUEST.
 
-Idempotent sequence checking in the partitions is not implemented: the ids are unique, but
-the broker does not yet reject duplicate or out-of-order batches by (producer id, epoch,
-sequence).
+The partitions enforce what the ids are for (runtime/log/producer_state.py): a retried batch
+is answered with its first copy's offsets, a gap in sequence is OUT_OF_ORDER_SEQUENCE_NUMBER,
+an older epoch INVALID_PRODUCER_EPOCH.
 
 Ownership and why no lock: every method runs on the event loop. `_claim` never awaits, so two
 callers can never take the same id; the fetch task is the only writer of the next block and of

@@ -13,6 +13,8 @@ Entry points: `runtime.log.manager.LogManager` (a broker's log dirs and backgrou
 * ``produced_batches`` — what a leader checks and stamps in produced batches before appending
 * ``recovery`` — loading a partition directory (swaps, sanity checks, crash recovery)
 * ``epoch_cache`` — `LeaderEpochCache` (``leader-epoch-checkpoint``)
+* ``producer_state``, ``producer_snapshot``, ``producer_replay`` — idempotent producers' state per
+  partition (Kafka's ProducerStateManager), its ``.snapshot`` files, and folding batches into it
 * ``checkpoints`` — the checkpoint files and ``partition.metadata``, written atomically
 * ``dump`` — `ketch dump-log`
 * ``metadata_log``, ``metadata_log_format`` — the controller's metadata log and its files

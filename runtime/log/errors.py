@@ -7,6 +7,8 @@ each to its wire error code. Broken invariants inside the engine are `assert`s, 
 
 from __future__ import annotations
 
+from wire.errors import ErrorCode
+
 
 class LogError(Exception):
     """Base class of the storage engine's expected errors."""
@@ -56,5 +58,18 @@ class InvalidRecordError(LogError):
     """A produced batch breaks a rule the leader enforces (answered INVALID_RECORD)."""
 
 
+class InvalidProducerStateError(LogError):
+    """A produced batch breaks its producer's sequence or epoch (idempotence, KIP-98): answered
+    with `error` (OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE)."""
+
+    def __init__(self, error: ErrorCode, detail: str) -> None:
+        super().__init__(f"{error.name}: {detail}")
+        self.error = error
+
+
 class InconsistentTopicIdError(LogError):
     """A partition directory's partition.metadata names another topic id than the caller's."""
+
+
+class CorruptSnapshotError(LogError):
+    """A producer state snapshot is unreadable (version, CRC, length); the loader deletes it."""

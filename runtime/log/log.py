@@ -51,6 +51,8 @@ from runtime.log.config import LogConfig
 from runtime.log.epoch_cache import LeaderEpochCache
 from runtime.log.errors import (
     InvalidOffsetError,
+    InvalidProducerStateError,
+    InvalidRecordError,
     OffsetOutOfRangeError,
 )
 from runtime.log.index_file import INT32_MAX
@@ -67,19 +69,29 @@ from runtime.log.produced_batches import (
     reject_batch,
     require_keys,
 )
+from runtime.log.producer_replay import fold_batch, producer_fields, replay
+from runtime.log.producer_state import (
+    BatchMetadata,
+    Duplicate,
+    ProducerStateManager,
+    increment_sequence,
+)
 from runtime.log.recovery import RecoveryReport, load_segments
 from runtime.log.segment import DELETED_SUFFIX, LogSegment
 from runtime.log.time_index import NO_TIMESTAMP
+from wire.errors import ErrorCode
 from wire.messages.data import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 from wire.records import (
     CONTROL_BIT,
     LOG_OVERHEAD,
+    TRANSACTIONAL_BIT,
     iter_batches,
     validate_batch,
     validate_batch_for_append,
 )
 
 Records = bytes | bytearray | memoryview
+DEFAULT_PRODUCER_ID_EXPIRATION_MS: Final = 86_400_000  # Kafka's producer.id.expiration.ms
 # LogAppendInfo is a NamedTuple; tuple.__new__ skips its generated Python-level __new__ (the
 # same object, built in a third of the time: one is built per produce request).
 _new_info: Final = tuple.__new__
@@ -101,6 +113,7 @@ class Log:
         epoch_cache: LeaderEpochCache,
         recovery_report: RecoveryReport,
         rng: random.Random,
+        producer_state: ProducerStateManager,
     ) -> None:
         assert segments, "a log always has an active segment"
         self.directory = directory
@@ -115,6 +128,7 @@ class Log:
         self.epoch_cache = epoch_cache
         self.recovery_report = recovery_report
         self._rng = rng
+        self.producer_state = producer_state
         self._last_flush_ms = clock.monotonic_ms()
         self._deleted: list[tuple[int, LogSegment]] = []  # (due monotonic ms, segment)
         self._closed = False
@@ -133,6 +147,7 @@ class Log:
         high_watermark: int | None = None,
         had_clean_shutdown: bool = False,
         rng: random.Random | None = None,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ) -> Log:
         """Load (and after an unclean shutdown, recover) the log in `directory`. Blocking."""
         # Roll jitter is the only randomness here; a fixed seed keeps runs reproducible.
@@ -162,7 +177,11 @@ class Log:
             epoch_cache=epoch_cache,
             recovery_report=loaded.report,
             rng=rng,
+            producer_state=ProducerStateManager(
+                directory, producer_id_expiration_ms=producer_id_expiration_ms
+            ),
         )
+        log._reload_producer_state()
         if high_watermark is not None:
             log.update_high_watermark(high_watermark)
         return log
@@ -262,6 +281,29 @@ class Log:
             or attributes & CONTROL_BIT
         ):
             reject_batch(0, validate_batch(view, 0), self.config.max_message_bytes)
+        producer_id, producer_epoch, base_sequence = producer_fields(view, 0)
+        if producer_id >= 0:
+            if size != end:
+                raise InvalidRecordError(
+                    "an idempotent or transactional batch must be the only batch of its "
+                    "partition in a produce request"
+                )
+            if attributes & TRANSACTIONAL_BIT:
+                raise InvalidProducerStateError(
+                    ErrorCode.INVALID_TXN_STATE,
+                    "transactional batch refused: ketch has no transaction coordinator yet",
+                )
+            last_sequence = increment_sequence(base_sequence, count - 1)
+            verdict = self.producer_state.check(
+                producer_id, producer_epoch, base_sequence, last_sequence, is_transactional=False
+            )
+            if type(verdict) is Duplicate:
+                return self._duplicate_info(verdict.metadata)
+            if isinstance(verdict, ErrorCode):
+                raise InvalidProducerStateError(
+                    verdict,
+                    f"producer {producer_id} epoch {producer_epoch} sequence {base_sequence}",
+                )
         offset = first_offset + count  # records are numbered 0..count-1, checked above
         if size == end:
             chunks: list[bytes | memoryview] = [
@@ -280,6 +322,11 @@ class Log:
                 (length, count, max_ts),
                 self.config.max_message_bytes,
             )
+            if any(h.producer_id >= 0 for _, h in iter_batches(view)):
+                raise InvalidRecordError(
+                    "an idempotent or transactional batch must be the only batch of its "
+                    "partition in a produce request"
+                )
         if leader_epoch >= 0 and leader_epoch != self.epoch_cache.latest_epoch:
             self.epoch_cache.assign(leader_epoch, first_offset)
         last_offset = offset - 1
@@ -288,6 +335,17 @@ class Log:
         ):
             self.roll(first_offset).append(last_offset, max_ts, offset_of_max_ts, chunks, end)
         self._leo = offset
+        if producer_id >= 0:
+            self.producer_state.update(
+                producer_id,
+                producer_epoch,
+                base_sequence,
+                last_sequence,
+                first_offset,
+                last_offset,
+                max_ts,
+                is_transactional=False,
+            )
         if offset - self._recovery_point >= self.config.flush_messages:
             self.flush()
         return _new_info(
@@ -337,6 +395,14 @@ class Log:
         self._append_to_active(
             [records], len(records), first, expected - 1, max_ts, offset_of_max_ts
         )
+        # Replicated batches are never refused for their producer state: the follower builds
+        # the leader's, so that as the next leader it recognises retries of these writes.
+        for position, header in batches:
+            if header.producer_id >= 0:
+                batch = (
+                    records[position : position + header.size_bytes] if header.is_control else None
+                )
+                fold_batch(self.producer_state, header, batch)
         return info
 
     def _append_to_active(
@@ -366,6 +432,7 @@ class Log:
         if active.base_offset == new_base and active.size == 0:
             return active
         assert new_base > active.base_offset, (new_base, active)
+        self._snapshot_producer_state()
         active.on_become_inactive()
         segment = LogSegment(
             self.directory,
@@ -494,6 +561,7 @@ class Log:
         self.epoch_cache.truncate_from_end(self._leo)
         self._recovery_point = min(self._recovery_point, self._leo)
         self._high_watermark = min(self._high_watermark, self._leo)
+        self._reload_producer_state()
         return True
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
@@ -516,6 +584,7 @@ class Log:
         self._recovery_point = new_offset
         self._high_watermark = new_offset
         self.epoch_cache.clear()
+        self.producer_state.truncate_fully_and_start_at(new_offset)
 
     def maybe_increment_log_start_offset(self, new_start_offset: int) -> bool:
         """Raise the log start offset (DeleteRecords, follower catch-up); must not pass the HW."""
@@ -574,6 +643,7 @@ class Log:
         self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
         self._recovery_point = max(self._recovery_point, self._log_start_offset)
         self.epoch_cache.truncate_from_start(self._log_start_offset)
+        self.producer_state.delete_snapshots_below(self._log_start_offset)
         return count
 
     def _retire(self, segments: Sequence[LogSegment]) -> None:
@@ -638,9 +708,41 @@ class Log:
         if self._closed:
             return
         self._closed = True
+        # At the log end, so that the next open replays nothing.
+        self._snapshot_producer_state()
         for segment in self._segments:
             segment.close()
         self.delete_segment_files(self.take_deleted_segments(due_only=False))
+
+    # -- producer state ---------------------------------------------------------------------------
+
+    def _duplicate_info(self, original: BatchMetadata) -> LogAppendInfo:
+        """A retry of a batch this log already holds: nothing is appended and the producer is
+        answered with the first copy's offsets (Kafka does the same, never DUPLICATE_SEQUENCE)."""
+        return LogAppendInfo(
+            original.first_offset,
+            original.last_offset,
+            original.timestamp,
+            original.last_offset,
+            0,
+            0,
+            0,
+        )
+
+    def _reload_producer_state(self) -> None:
+        """Rebuild the producer state for the log as it now is (after loading, or a truncation
+        that may have cut batches it had folded): the newest snapshot within the log, then the
+        batches after it."""
+        state = self.producer_state
+        replay_from = state.truncate_and_reload(self._log_start_offset, self._leo)
+        replay(state, self._segments, replay_from, self._leo)
+
+    def _snapshot_producer_state(self) -> None:
+        """Kafka's snapshot at each roll and at close: recovery replays only what follows it.
+        Every batch below the LEO has been folded (both append paths fold as they go), so the
+        snapshot is named by the LEO."""
+        self.producer_state.update_map_end_offset(self._leo)
+        self.producer_state.take_snapshot()
 
     def delete(self) -> None:
         """Close and remove the whole partition directory (after the manager renamed it)."""

@@ -164,7 +164,10 @@ def _complete_swaps(
     assert high is not None
     for path in sorted(directory.iterdir()):
         base = _base_offset_or_none(path.name)
-        if base is not None and not path.name.endswith(SWAP_SUFFIX) and low <= base < high:
+        # Segment files only: a producer snapshot in the range stays (it describes the log's
+        # offsets, which compaction keeps).
+        is_segment_file = path.name.endswith((LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX))
+        if base is not None and is_segment_file and low <= base < high:
             _remove(path, progress)  # an old segment the swap replaces
     for path in sorted(directory.iterdir()):
         if path.name.endswith(SWAP_SUFFIX) and _base_offset_or_none(path.name) is not None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -45,7 +45,7 @@ from runtime.log.offset_index import OffsetIndex
 from runtime.log.offsets import FetchDataInfo, LogOffsetMetadata, TimestampAndOffset
 from runtime.log.time_index import NO_TIMESTAMP, TimeIndex
 from wire.record_reader import iter_records
-from wire.records import LOG_OVERHEAD
+from wire.records import LOG_OVERHEAD, BatchHeader
 
 LOG_SUFFIX: Final = ".log"
 INDEX_SUFFIX: Final = ".index"
@@ -378,6 +378,13 @@ class LogSegment:
         data = os.pread(self._fd, want, position)
         end = whole_batches_prefix(data)
         return FetchDataInfo(metadata, data[:end] if end < len(data) else data, budget < first_size)
+
+    def batch_headers_from(self, offset: int) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of each batch whose last offset is >= `offset`, headers only."""
+        start = self.offset_index.lookup(offset).position
+        for position, header, _ in FileBatches(self._fd, start, self._size, validate=False):
+            if header.last_offset >= offset:
+                yield position, header
 
     def read_batch_at(self, position: int, size: int) -> bytes:
         return os.pread(self._fd, size, position)

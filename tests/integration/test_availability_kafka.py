@@ -117,12 +117,18 @@ class SteadyProducer:
     a failed request shows only as a duplicate in the log, or as an error report when the
     message timeout runs out."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, *, idempotent: bool) -> None:
+        # Idempotent: librdkafka's own defaults for in-flight requests (5). Not: one in flight,
+        # as in finding 11.
+        in_flight: dict[str, Any] = (
+            {"enable.idempotence": True}
+            if idempotent
+            else {"enable.idempotence": False, "max.in.flight.requests.per.connection": 1}
+        )
         self.config: dict[str, Any] = {
             "bootstrap.servers": bootstrap,
             "acks": "all",
-            "enable.idempotence": False,
-            "max.in.flight.requests.per.connection": 1,
+            **in_flight,
             "linger.ms": 5,
             "request.timeout.ms": PRODUCE_TIMEOUT_MS,
             "message.timeout.ms": int(WAIT_S * 1000) * 2,
@@ -249,14 +255,34 @@ def report(
     return text, len(repeated)
 
 
-async def test_a_killed_leader_makes_librdkafka_write_nothing_twice_where_the_leader_stayed(
-    tmp_path: Path,
-) -> None:
+@dataclass
+class Run:
+    """What one kill-and-restart run left: the victim, the producer's reports, the logs read
+    back and the leaders seen."""
+
+    victim: int
+    producer: SteadyProducer
+    logs: dict[int, dict[int, bytes]]
+    watch: LeaderWatch
+
+    def account(self) -> tuple[list[str], dict[int, int]]:
+        """The run's account, a line per partition, and how many values each has twice."""
+        lines = [f"broker {self.victim} killed and restarted"]
+        repeated: dict[int, int] = {}
+        for partition in range(PARTITIONS):
+            text, repeated[partition] = report(
+                partition, self.producer.reports[partition], self.logs[partition], self.watch
+            )
+            lines.append(text)
+        return lines, repeated
+
+
+async def kill_and_restart_under_load(tmp_path: Path, *, idempotent: bool) -> Run:
     async with running_cluster(tmp_path, CLUSTER_PROPERTIES, kafka=True) as cluster:
         driver = ConfluentDriver(cluster.kafka_bootstrap())
         await driver.create_topic(TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2"})
         native = cluster.client()
-        producer = SteadyProducer(cluster.kafka_bootstrap())
+        producer = SteadyProducer(cluster.kafka_bootstrap(), idempotent=idempotent)
         watch = LeaderWatch(cluster, native)
         producing: asyncio.Future[None] | None = None
         watching: asyncio.Task[None] | None = None
@@ -303,27 +329,53 @@ async def test_a_killed_leader_makes_librdkafka_write_nothing_twice_where_the_le
             await native.close()
 
         assert producer.unfinished == 0, f"{producer.unfinished} records never reported"
-        logs = await read_back(driver)
+        return Run(victim, producer, await read_back(driver), watch)
 
-    lines = [f"broker {victim} killed and restarted"]
-    stayed = []
+
+def check_acknowledgements(run: Run, lines: list[str]) -> None:
+    """Everywhere: every acknowledgement names the offset holding its value."""
     for partition in range(PARTITIONS):
-        reports, log = producer.reports[partition], logs[partition]
-        text, repeated = report(partition, reports, log, watch)
-        lines.append(text)
-        # Everywhere: every acknowledgement names the offset holding its value.
+        reports, log = run.producer.reports[partition], run.logs[partition]
         for seq, offset in reports.acked.items():
             assert log.get(offset) == value_of(partition, seq), (
                 f"p{partition}: seq {seq} acknowledged at {offset}, read {log.get(offset)!r}\n"
                 + "\n".join(lines)
             )
-        if len(watch.leaders[partition]) == 1:
-            stayed.append((partition, text, repeated))
+
+
+async def test_a_killed_leader_makes_librdkafka_write_nothing_twice_where_the_leader_stayed(
+    tmp_path: Path,
+) -> None:
+    run = await kill_and_restart_under_load(tmp_path, idempotent=False)
+    lines, repeated = run.account()
     print("\n".join(lines))  # the run's account, shown with -s or on failure
-    assert 0 not in {p for p, *_ in stayed}, "the killed broker led partition 0"
+    check_acknowledgements(run, lines)
+    stayed = [p for p in range(PARTITIONS) if len(run.watch.leaders[p]) == 1]
+    assert 0 not in stayed, "the killed broker led partition 0"
     assert stayed, "some partition must keep its leader\n" + "\n".join(lines)
-    for partition, text, repeated in stayed:
-        reports, log = producer.reports[partition], logs[partition]
+    for partition in stayed:
+        reports, log = run.producer.reports[partition], run.logs[partition]
+        assert not reports.failed, lines[partition + 1]
+        assert repeated[partition] == 0, lines[partition + 1]
+        assert sorted(seq_of(v) for v in log.values()) == list(range(reports.sent)), lines[
+            partition + 1
+        ]
+
+
+async def test_an_idempotent_librdkafka_producer_writes_nothing_twice_across_a_leader_kill(
+    tmp_path: Path,
+) -> None:
+    """Issue 19: with librdkafka's idempotence (its defaults: 5 requests in flight per
+    partition), every partition, the killed leader's included, holds every value sent exactly
+    once, in order, with no delivery failed."""
+    run = await kill_and_restart_under_load(tmp_path, idempotent=True)
+    lines, repeated = run.account()
+    print("\n".join(lines))
+    check_acknowledgements(run, lines)
+    assert len(run.watch.leaders[0]) > 1, "partition 0's leader moved\n" + "\n".join(lines)
+    for partition in range(PARTITIONS):
+        reports, log = run.producer.reports[partition], run.logs[partition]
+        text = lines[partition + 1]
         assert not reports.failed, text
-        assert repeated == 0, text
-        assert sorted(seq_of(v) for v in log.values()) == list(range(reports.sent)), text
+        assert repeated[partition] == 0, text
+        assert [seq_of(v) for _, v in sorted(log.items())] == list(range(reports.sent)), text
