@@ -1,6 +1,7 @@
 """`ketch dump-log`: print and check segment files, like Kafka's DumpLogSegments.
 
-For a ``.log`` file: one line per batch (offsets, count, leader epoch, producer fields, position,
+For a ``.snapshot`` file (producer state): one line per producer. For a ``.log`` file: one line
+per batch (offsets, count, leader epoch, producer fields, position,
 timestamp, size, codec, CRC and whether it is valid), and with ``--deep`` one ``|``-prefixed line
 per record. For ``.index`` / ``.timeindex`` files: one line per entry (stopping at the first unused
 preallocated entry, as Kafka's tool does). A directory stands for its ``.log`` files in order.
@@ -20,8 +21,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TextIO
 
+from runtime.log.errors import CorruptSnapshotError
 from runtime.log.file_batches import FileBatches
 from runtime.log.offset_index import OffsetIndex
+from runtime.log.producer_snapshot import SNAPSHOT_SUFFIX, read_snapshot_file
+from runtime.log.producer_state import decrement_sequence, increment_sequence
 from runtime.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, offset_from_file_name
 from runtime.log.time_index import TimeIndex
 from wire.record_reader import iter_records
@@ -38,7 +42,9 @@ def _bool(value: bool) -> str:
 
 def _describe_batch(position: int, header: BatchHeader, valid: bool) -> str:
     last_sequence = (
-        -1 if header.base_sequence < 0 else header.base_sequence + header.last_offset_delta
+        -1
+        if header.base_sequence < 0
+        else increment_sequence(header.base_sequence, header.last_offset_delta)
     )
     time_kind = "LogAppendTime" if header.timestamp_type else "CreateTime"
     return (
@@ -91,8 +97,10 @@ class _Dumper:
             self.dump_time_index(path)
             if self.verify_index:
                 self.verify_indexes(_sibling(path, TIME_INDEX_SUFFIX, LOG_SUFFIX))
+        elif path.name.endswith(SNAPSHOT_SUFFIX):
+            self.dump_producer_snapshot(path)
         else:
-            self.problem(f"{path}: not a .log, .index or .timeindex file")
+            self.problem(f"{path}: not a .log, .index, .timeindex or .snapshot file")
 
     def _batches(self, path: Path) -> Iterable[tuple[int, BatchHeader, bytes]]:
         """Walk batches by their headers; CRC and records are judged per batch by the caller."""
@@ -141,6 +149,27 @@ class _Dumper:
                 )
         except CorruptRecordError as exc:
             self.problem(f"{path}: records of batch at byte {position}: {exc}")
+
+    def dump_producer_snapshot(self, path: Path) -> None:
+        """One line per producer, in the fields of Kafka's tool for ``.snapshot`` files."""
+        try:
+            entries = read_snapshot_file(path)
+        except CorruptSnapshotError as exc:
+            self.problem(str(exc))
+            return
+        for e in entries:
+            first_sequence = (
+                -1 if e.last_sequence < 0 else decrement_sequence(e.last_sequence, e.offset_delta)
+            )
+            print(
+                f"producerId: {e.producer_id} producerEpoch: {e.producer_epoch} "
+                f"coordinatorEpoch: {e.coordinator_epoch} "
+                f"currentTxnFirstOffset: {e.current_txn_first_offset} "
+                f"lastTimestamp: {e.timestamp} firstSequence: {first_sequence} "
+                f"lastSequence: {e.last_sequence} lastOffset: {e.last_offset} "
+                f"offsetDelta: {e.offset_delta} timestamp: {e.timestamp}",
+                file=self.out,
+            )
 
     def dump_offset_index(self, path: Path) -> None:
         index = OffsetIndex(path, _base_offset(path), 1)
