@@ -70,8 +70,11 @@ class Driver(Protocol):
         acks: str,
         compression: str,
         on_ack: OnAck | None = None,
+        idempotent: bool = False,
     ) -> list[tuple[int, int]]:
-        """Each record sent and acknowledged in turn (retries on); (partition, offset) each."""
+        """Each record sent and acknowledged in turn (retries on); (partition, offset) each.
+        `idempotent` turns the client's enable.idempotence on; off, each client keeps its own
+        default (kafka-python's is on)."""
         ...
 
     async def consume(self, topic: str, starts: dict[int, int], count: int) -> list[Read]:
@@ -128,8 +131,11 @@ class ConfluentDriver:
         acks: str,
         compression: str,
         on_ack: OnAck | None = None,
+        idempotent: bool = False,
     ) -> list[tuple[int, int]]:
-        return await asyncio.to_thread(self._produce, topic, records, acks, compression, on_ack)
+        return await asyncio.to_thread(
+            self._produce, topic, records, acks, compression, on_ack, idempotent
+        )
 
     def _produce(
         self,
@@ -138,10 +144,12 @@ class ConfluentDriver:
         acks: str,
         compression: str,
         on_ack: OnAck | None,
+        idempotent: bool,
     ) -> list[tuple[int, int]]:
         producer = confluent_kafka.Producer(
             {
                 **self._common(),
+                **({"enable.idempotence": True} if idempotent else {}),
                 "acks": acks,
                 "compression.type": compression,
                 "linger.ms": 0,
@@ -279,11 +287,13 @@ class KafkaPythonDriver:
         acks: str,
         compression: str,
         on_ack: OnAck | None = None,
+        idempotent: bool = False,
     ) -> list[tuple[int, int]]:
         def produce() -> list[tuple[int, int]]:
             # enable_idempotence keeps kafka-python's default (on since 2.1): InitProducerId.
             producer = kafka.KafkaProducer(
                 **self._common(),
+                **({"enable_idempotence": True} if idempotent else {}),
                 acks="all" if acks == "all" else int(acks),
                 compression_type=None if compression == "none" else compression,
                 linger_ms=0,
@@ -416,9 +426,11 @@ class AiokafkaDriver:
         acks: str,
         compression: str,
         on_ack: OnAck | None = None,
+        idempotent: bool = False,
     ) -> list[tuple[int, int]]:
         producer = aiokafka.AIOKafkaProducer(
             **self._common(),
+            **({"enable_idempotence": True} if idempotent else {}),
             acks="all" if acks == "all" else int(acks),
             compression_type=None if compression == "none" else compression,
             linger_ms=0,

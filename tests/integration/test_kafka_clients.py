@@ -7,8 +7,9 @@ about a second. For each of confluent-kafka (librdkafka), kafka-python and aioka
 made through the client's admin API (RF=3, min.insync.replicas=2), records produced with acks=1
 and acks=all under every compression codec the client has, read back with assign() from the
 beginning and from a given offset, offsets listed (earliest, latest, by timestamp), and a
-leader killed while the client produces with acks=all: every acknowledged record is read back
-at the offset its acknowledgement named. kcat lists metadata, produces and consumes.
+leader killed while the client produces with acks=all and idempotence: every acknowledged record
+is read back at the offset its acknowledgement named, and every record is in the log once. kcat
+lists metadata, produces and consumes.
 
 Consumer groups: aiokafka members share a topic's partitions, commit and resume; confluent-kafka
 and kafka-python consumers resume from their committed offsets; `ketch group list | describe`
@@ -158,7 +159,9 @@ async def test_a_killed_leader_loses_no_acknowledged_record(
 
         records = [Sent(0, b"k", b"v%d" % i) for i in range(60)]
         producing = asyncio.ensure_future(
-            driver.produce(topic, records, acks="all", compression="none", on_ack=on_ack)
+            driver.produce(
+                topic, records, acks="all", compression="none", on_ack=on_ack, idempotent=True
+            )
         )
 
         async def fifteen_acked() -> bool:
@@ -185,6 +188,10 @@ async def test_a_killed_leader_loses_no_acknowledged_record(
             f"{driver.name} {driver.version}: acknowledged {sent.value!r} at {offset}, "
             f"read {at.get(offset)!r}"
         )
+    # Idempotence (issue 19): every value once, in the order sent, and nothing else; the new
+    # leader continued the producer's sequence (an OUT_OF_ORDER_SEQUENCE_NUMBER there would have
+    # failed or reordered the sends).
+    assert [r.value for r in sorted(read, key=lambda r: r.offset)] == [r.value for r in records]
 
 
 KCAT: Final = shutil.which("kcat")
