@@ -16,6 +16,11 @@ partition are appended in the order `send()` was called even across retries — 
 with `max.in.flight.requests.per.connection=1` without idempotence. Different partitions still
 travel together in one request and requests to different brokers overlap.
 
+Producer state: an idempotent producer stamps each batch with its producer id, epoch and base
+sequence when the batch is first drained (see client/idempotence.py); the batch keeps them on
+every retry, so the broker can recognise a resend. Batches of a non-idempotent producer keep
+-1 in all three, as Kafka writes them.
+
 Expiry: a batch that is not acknowledged within `delivery.timeout.ms` of its creation fails with
 `DeliveryTimeoutError`, whether it is still queued or waiting for a retry.
 
@@ -34,6 +39,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from wire.records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
 from wire.topic import TopicPartition
 
 BATCH_HEADER_BYTES = 61
@@ -83,6 +89,27 @@ class ProducerBatch:
     size_bytes: int = BATCH_HEADER_BYTES
     attempts: int = 0
     retry_at_ms: int | None = None
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    base_sequence: int = NO_SEQUENCE
+    # The batch's bytes, built on first send and resent as they are on a retry (built again
+    # only when an epoch bump rewrites the producer state).
+    encoded: bytes | None = None
+
+    @property
+    def has_sequence(self) -> bool:
+        return self.base_sequence != NO_SEQUENCE
+
+    def set_producer_state(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+        """Stamp the idempotent producer's state (on first drain, or rewritten after an epoch
+        bump); the batch's bytes must be built again afterwards."""
+        assert producer_id >= 0, producer_id
+        assert producer_epoch >= 0, producer_epoch
+        assert base_sequence >= 0, base_sequence
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.base_sequence = base_sequence
+        self.encoded = None
 
     def complete(self, base_offset: int, log_append_time_ms: int = -1) -> None:
         """Resolve every record's future; record i sits at `base_offset + i`."""

@@ -4,6 +4,13 @@ Each dataclass field is the snake_case form of a Kafka client property (`request
 is `request.timeout.ms`), with Kafka's default. `from_properties()` reads a mapping keyed by
 the dotted names, as found in a TOML config file or given as `--config k=v` flags, and rejects
 names it does not know so a typo never silently falls back to a default.
+
+`ProducerConfig.enable_idempotence` is the one setting whose default depends on another: Kafka
+3.x turns idempotence on by default but switches it off silently when acks is 0 or 1 and the user
+did not set `enable.idempotence`, while an explicit `enable.idempotence=true` with acks other than
+all is a configuration error. To tell "not given" from "given as true" the field is `bool | None`:
+None (the default, also what `from_properties` leaves when the property is absent) means "Kafka's
+default for these acks"; `ProducerConfig.idempotent` is the resolved value the producer uses.
 """
 
 from __future__ import annotations
@@ -62,10 +69,20 @@ class ProducerConfig:
     retry_backoff_max_ms: int = 1_000
     # Seed of the sticky partitioner's choices for null keys.
     partitioner_seed: int = 0
+    # enable.idempotence: None = not given (on with acks=all, off with acks 0/1); True/False as
+    # given. Read `idempotent` for the effective value (see the module docstring).
+    enable_idempotence: bool | None = None
 
     def __post_init__(self) -> None:
         if self.acks not in (0, 1, ACKS_ALL):
             raise ValueError(f"acks must be 0, 1 or all (-1), got {self.acks}")
+        if self.enable_idempotence and self.acks != ACKS_ALL:
+            # Kafka's ConfigException: with acks=0 the producer never learns whether a sequence
+            # was written, and with acks=1 a leader change can lose an acknowledged batch.
+            raise ValueError(
+                "enable.idempotence=true requires acks=all (-1), got "
+                f"acks={self.acks}; set acks=all or enable.idempotence=false"
+            )
         if self.batch_size <= 0 or self.max_request_size <= 0:
             raise ValueError("batch.size and max.request.size must be positive")
         if self.linger_ms < 0 or self.delivery_timeout_ms <= 0 or self.request_timeout_ms <= 0:
@@ -77,6 +94,13 @@ class ProducerConfig:
         if str(values.get("acks", "")).lower() == "all":
             values["acks"] = ACKS_ALL
         return config_from_properties(cls, values, strict=True)
+
+    @property
+    def idempotent(self) -> bool:
+        """Whether the producer is idempotent: `enable_idempotence` as given, else acks=all."""
+        if self.enable_idempotence is None:
+            return self.acks == ACKS_ALL
+        return self.enable_idempotence
 
 
 OFFSET_RESET_POLICIES = ("earliest", "latest", "none")

@@ -25,8 +25,21 @@ soon as the request was written.
 Ordering. One batch per partition is in flight at a time and retried batches go back to the
 front (see accumulator.py), so a partition's records keep their `send()` order.
 
+Idempotence (enable.idempotence, on by default with acks=all; see ProducerConfig.idempotent).
+The sender first gets a producer id and epoch with InitProducerId and drains nothing until it
+has one; each batch takes its partition's next sequence when first drained and keeps it on
+every retry, so a resend after a lost answer is recognised by the broker (answered NONE with the
+original offsets) instead of being appended twice. OUT_OF_ORDER_SEQUENCE_NUMBER or
+UNKNOWN_PRODUCER_ID bump the epoch and restart the partition at sequence 0; INVALID_PRODUCER_EPOCH
+or PRODUCER_FENCED fail every pending and later record. The bookkeeping is in idempotence.py.
+A non-idempotent producer sends producer id -1 and no sequences, as before.
+
 Shutdown. `close()` sends everything queued (bounded by the delivery timeout, or `timeout_ms`),
 fails what is left with `ClientClosedError`, and ends the sender task.
+
+Size. The module is somewhat over the ~500-line guide: the sender's batch lifecycle (drain,
+encode, produce, settle, retry, expire) is one state machine and reads best in one place; the
+idempotent producer's own state lives in idempotence.py.
 """
 
 from __future__ import annotations
@@ -46,13 +59,14 @@ from client.accumulator import (
     estimate_record_bytes,
 )
 from client.client import Client
-from client.config import ProducerConfig
+from client.config import ACKS_ALL, ProducerConfig
 from client.errors import (
     ClientClosedError,
     DeliveryTimeoutError,
     invalidates_metadata,
     is_retriable,
 )
+from client.idempotence import FENCING_ERRORS, SEQUENCE_ERRORS, IdempotenceManager
 from client.partitioner import DefaultPartitioner
 from runtime.clock import NS_PER_MS
 from runtime.net.backoff import ExponentialBackoff
@@ -94,14 +108,23 @@ class Producer:
             linger_ms=self.config.linger_ms,
             delivery_timeout_ms=self.config.delivery_timeout_ms,
         )
+        self._wakeup = asyncio.Event()
         self._retry_backoff = ExponentialBackoff(
             initial_ms=self.config.retry_backoff_ms, max_ms=self.config.retry_backoff_max_ms
         )
-        self._encoded: dict[ProducerBatch, bytes] = {}
+        self._idempotence: IdempotenceManager | None = None
+        if self.config.idempotent:
+            assert self.config.acks == ACKS_ALL, "ProducerConfig allows idempotence with acks=all"
+            self._idempotence = IdempotenceManager(
+                client,
+                request_timeout_ms=self.config.request_timeout_ms,
+                retry_backoff=self._retry_backoff,
+                rng=self._rng,
+                wakeup=self._wakeup.set,
+            )
         self._in_flight: set[ProducerBatch] = set()
         self._requests: set[asyncio.Task[None]] = set()
         self._refresh: asyncio.Task[None] | None = None
-        self._wakeup = asyncio.Event()
         self._sender: asyncio.Task[None] | None = None
         self._closing = False
         self._closed = False
@@ -147,6 +170,10 @@ class Producer:
             raise ClientClosedError("the producer is closed")
         stamp = self._clock.wall_ms() if timestamp_ms is None else timestamp_ms
         future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        if self._idempotence is not None and self._idempotence.fatal_error is not None:
+            # As Kafka's sender aborts every batch of a producer in a fatal state.
+            future.set_exception(self._idempotence.fatal_error)
+            return future
         record = PendingRecord(key, value, stamp, record_headers, future)
         self._accumulator.append(TopicPartition(topic, partition), record, self._now_ms())
         self._ensure_sender()
@@ -232,12 +259,15 @@ class Producer:
             if self._client.metadata.update_requested():
                 # An error said a leader moved; the refresh runs while the batch backs off.
                 self._start_refresh()
-            ready, next_ms = self._accumulator.ready(now_ms)
-            waiting_for_leader = self._dispatch(ready)
-            if waiting_for_leader:
-                # Re-check after the metadata refresh (which wakes us) or after a backoff.
-                retry_ms = now_ms + self.config.retry_backoff_ms
-                next_ms = retry_ms if next_ms is None else min(next_ms, retry_ms)
+            if self._idempotence is not None and not self._idempotence.can_send():
+                next_ms = self._wait_for_producer_id(self._idempotence, now_ms)
+            else:
+                ready, next_ms = self._accumulator.ready(now_ms)
+                waiting_for_leader = self._dispatch(ready)
+                if waiting_for_leader:
+                    # Re-check after the metadata refresh (which wakes us) or after a backoff.
+                    retry_ms = now_ms + self.config.retry_backoff_ms
+                    next_ms = retry_ms if next_ms is None else min(next_ms, retry_ms)
             expiry_ms = self._accumulator.next_expiry_ms()
             if expiry_ms is not None:
                 next_ms = expiry_ms if next_ms is None else min(next_ms, expiry_ms)
@@ -255,14 +285,28 @@ class Producer:
                 alarm.cancel()
 
     def _expire(self, now_ms: int) -> None:
+        idempotence = self._idempotence
         for batch in self._accumulator.expire(now_ms):
-            self._encoded.pop(batch, None)
+            if idempotence is not None:
+                idempotence.batch_failed(batch, rejected=False)
+                if not idempotence.producer_id_and_epoch.is_valid:
+                    delivery_timeout_ms = self.config.delivery_timeout_ms
+                    batch.fail(idempotence.no_producer_id_error(batch, delivery_timeout_ms))
+                    continue
             batch.fail(
                 DeliveryTimeoutError(
                     f"{len(batch.records)} record(s) for {batch.tp} not acknowledged within "
                     f"delivery.timeout.ms={self.config.delivery_timeout_ms}"
                 )
             )
+
+    def _wait_for_producer_id(self, idempotence: IdempotenceManager, now_ms: int) -> int | None:
+        """No batch may be drained yet: fail everything after a fatal error, else let the
+        manager ask for an id while records wait (an idle producer asks nothing)."""
+        if idempotence.fatal_error is not None:
+            self._accumulator.abort_all(idempotence.fatal_error)
+            return None
+        return idempotence.poll_producer_id(now_ms) if self._accumulator.has_pending() else None
 
     def _dispatch(self, ready: Sequence[TopicPartition]) -> bool:
         """Send ready partitions to their leaders; True if some partition has no known leader."""
@@ -299,6 +343,8 @@ class Producer:
             if taken and total + head[0].size_bytes > self.config.max_request_size:
                 break  # the rest waits for the next request
             (batch,) = self._accumulator.drain([tp])
+            if self._idempotence is not None:
+                self._idempotence.set_producer_state(batch)
             total += batch.size_bytes
             taken.append(batch)
             self._in_flight.add(batch)
@@ -326,17 +372,18 @@ class Producer:
         self._refresh = asyncio.create_task(refresh(), name="producer metadata refresh")
 
     def _encode(self, batch: ProducerBatch) -> bytes:
-        encoded = self._encoded.get(batch)
-        if encoded is None:
+        if batch.encoded is None:
             records = batch.records
-            encoded = build_batch(
+            batch.encoded = build_batch(
                 [(r.key, r.value) for r in records],
                 timestamps=[r.timestamp_ms for r in records],
                 headers=[r.headers for r in records],
                 compression=self._compression,
+                producer_id=batch.producer_id,
+                producer_epoch=batch.producer_epoch,
+                base_sequence=batch.base_sequence,
             )
-            self._encoded[batch] = encoded
-        return encoded
+        return batch.encoded
 
     async def _produce(self, node_id: int, batches: list[ProducerBatch]) -> None:
         by_topic: dict[str, list[PartitionProduceData]] = {}
@@ -374,6 +421,13 @@ class Producer:
                 self._settle(
                     batch, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"no answer for {batch.tp}")
                 )
+            elif (
+                answer.error_code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER
+                and self._idempotence is not None
+            ):
+                # The broker already has this batch (older brokers' answer to a resend; newer
+                # ones answer NONE with the original offsets): done, as Kafka's Sender treats it.
+                self._settle(batch, None, answer.base_offset, answer.log_append_time_ms)
             elif answer.error_code != ErrorCode.NONE:
                 self._settle(batch, KafkaError(answer.error_code, answer.error_message))
             else:
@@ -388,9 +442,10 @@ class Producer:
     ) -> None:
         self._in_flight.discard(batch)
         if error is None:
-            self._encoded.pop(batch, None)
             batch.complete(base_offset, log_append_time_ms)
             self._accumulator.unmute(batch.tp)
+            return
+        if self._idempotence is not None and self._settle_idempotent(batch, error):
             return
         now_ms = self._now_ms()
         delay_ms = self._retry_backoff.delay_ms(batch.attempts - 1, self._rng)
@@ -401,7 +456,9 @@ class Producer:
             _log.debug("retrying %s after %s (attempt %d)", batch.tp, error, batch.attempts)
             self._accumulator.reenqueue(batch, now_ms + round(delay_ms))
             return
-        self._encoded.pop(batch, None)
+        if self._idempotence is not None:
+            rejected = isinstance(error, KafkaError) and not error.retriable
+            self._idempotence.batch_failed(batch, rejected=rejected)
         if is_retriable(error):
             timeout = DeliveryTimeoutError(
                 f"{batch.tp}: not acknowledged within delivery.timeout.ms "
@@ -411,6 +468,29 @@ class Producer:
             error = timeout
         batch.fail(error)
         self._accumulator.unmute(batch.tp)
+
+    def _settle_idempotent(self, batch: ProducerBatch, error: BaseException) -> bool:
+        """What idempotence changes about a failed batch; True when the batch is dealt with."""
+        idempotence = self._idempotence
+        assert idempotence is not None
+        code = error.code if isinstance(error, KafkaError) else None
+        if isinstance(error, KafkaError) and code in FENCING_ERRORS:
+            idempotence.fence(error)
+            self._wakeup.set()  # the sender fails what is queued
+        if idempotence.fatal_error is not None:
+            batch.fail(idempotence.fatal_error)
+            self._accumulator.unmute(batch.tp)
+            return True
+        if code not in SEQUENCE_ERRORS:
+            return False
+        now_ms = self._now_ms()
+        delay_ms = self._retry_backoff.delay_ms(batch.attempts - 1, self._rng)
+        if self._closed or now_ms + delay_ms >= self._accumulator.deadline_ms(batch):
+            return False  # fails as a non-retriable error
+        _log.debug("%s for %s: bumping the epoch, then resending", error, batch.tp)
+        idempotence.handle_sequence_error(batch)
+        self._accumulator.reenqueue(batch, now_ms + round(delay_ms))
+        return True
 
     # ---------------------------------------------------------------------------------------
     # Shutdown helpers
@@ -463,3 +543,5 @@ class Producer:
         self._sender = None
         self._refresh = None
         self._requests.clear()
+        if self._idempotence is not None:
+            await self._idempotence.close()

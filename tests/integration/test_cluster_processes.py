@@ -7,9 +7,10 @@ min.insync.replicas=2 created through a broker; a producer (client/producer.py, 
 retries on) writes continuously from the test process while the leader of each partition in turn
 is killed with SIGKILL, replaced by the controller once its session times out, restarted, and
 waited for until it is back in the ISR. Afterwards every acknowledged record is readable where its
-acknowledgement said, each partition's records are in send order (retries may repeat a batch:
-duplicates are counted, not refused, until the idempotent producer exists), and after a clean
-stop of every node the three replicas hold identical batch bytes below the high watermark.
+acknowledgement said, each partition's records are in send order and each only once (the producer
+is idempotent, as ketch's is by default with acks=all: a retried batch is never written twice,
+issue 19), and after a clean stop of every node the three replicas hold identical batch bytes
+below the high watermark.
 
 The processes run on the wall clock, so waits are bounded polls of a condition (the harness's
 `wait_until`), never sleeps standing in for one; every child is killed by PID in a `finally`.
@@ -270,6 +271,7 @@ async def run_failovers_and_check(cluster: ProcessCluster) -> None:
     assert set(codes.values()) == {0}, f"exit codes {codes}: {context}"
     check_replicas_identical(cluster, ends, context)
     print(f"{context} acked={writer.acked_total} duplicates={duplicates} ends={ends}")
+    assert duplicates == 0, f"an idempotent producer's retries were written twice: {context}"
 
 
 def check_records(

@@ -3,8 +3,14 @@
 Real `runtime.net.server.Server`s on a `MemoryNetwork` under a `ManualClock`, one per broker,
 whose handlers are scripted here: Metadata answers from `ScriptedCluster.leaders`; Produce,
 Fetch and ListOffsets run against a tiny in-memory log per partition (batches stored as sent,
-with the base offset patched in, as a broker does); any API can be overridden or made to fail
-with scripted error codes. There is no broker yet, so this is the other side of the wire.
+with the base offset patched in, as a broker does); InitProducerId hands out producer ids and
+bumps epochs as node/broker/producer_ids.py does; any API can be overridden or made to fail
+with scripted error codes. There is no broker here, so this is the other side of the wire.
+
+Producer sequences are not checked unless `check_sequences` is set; then each partition keeps,
+per producer id, its epoch and last few batches and answers as a broker's producer state does
+(a duplicate: NONE with the original base offset; an older epoch: INVALID_PRODUCER_EPOCH; a gap,
+or a newer epoch not starting at 0: OUT_OF_ORDER_SEQUENCE_NUMBER; no state: accepted).
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from wire.messages import (
     FetchRequest,
     FetchResponse,
     FetchResponsePartition,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
     ListOffsetsPartitionResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
@@ -47,13 +55,24 @@ from wire.messages import (
 )
 from wire.messages.base import Response
 from wire.record_reader import iter_records
-from wire.records import iter_batches, patch_batch
+from wire.records import BatchHeader, iter_batches, patch_batch
 from wire.topic import TopicPartition
 
 ScriptedHandler = Callable[[int, Any, RequestContext], Awaitable[Response]]
 
 EARLIEST = -2
 LATEST = -1
+FIRST_PRODUCER_ID = 1000
+RETAINED_BATCHES = 5  # per producer and partition, as Kafka's broker keeps
+
+
+@dataclass
+class ProducerEntry:
+    """A producer's state in one partition: its epoch and last batches (first sequence, last
+    sequence, base offset)."""
+
+    epoch: int
+    batches: list[tuple[int, int, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -105,6 +124,14 @@ class ScriptedCluster:
         self.produce_errors: dict[TopicPartition, list[int]] = {}
         self.fetch_errors: dict[TopicPartition, list[int]] = {}
         self.requests: list[tuple[int, int]] = []  # (broker id, api key), in arrival order
+        # Every produced batch as it arrived (also those answered with an error), in order.
+        self.produced: list[tuple[TopicPartition, bytes]] = []
+        self.init_producer_id_requests: list[InitProducerIdRequest] = []
+        # Error codes to answer InitProducerId with, in order, before answering normally.
+        self.init_producer_id_errors: list[int] = []
+        self.next_producer_id = FIRST_PRODUCER_ID
+        self.check_sequences = False
+        self.producer_states: dict[tuple[TopicPartition, int], ProducerEntry] = {}
         self.servers: dict[int, Server] = {}
         self.secret: bytes | None = None
         self._appended = asyncio.Event()
@@ -140,6 +167,7 @@ class ScriptedCluster:
             ApiKey.FETCH,
             ApiKey.LIST_OFFSETS,
             ApiKey.BROKER_HEARTBEAT,
+            ApiKey.INIT_PRODUCER_ID,
         )
         return {key: self._dispatcher(broker, key) for key in keys}
 
@@ -180,6 +208,7 @@ class ScriptedCluster:
                 ApiKey.PRODUCE: self.produce,
                 ApiKey.FETCH: self.fetch,
                 ApiKey.LIST_OFFSETS: self.list_offsets,
+                ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
             }
             default = defaults.get(api_key)
             if default is None:
@@ -236,15 +265,80 @@ class ScriptedCluster:
             parts = []
             for data in topic.partition_data:
                 tp = TopicPartition(topic.name, data.index)
+                self.produced.append((tp, data.records))
                 code = self._error_for(broker, tp, self.produce_errors)
                 if code != ErrorCode.NONE:
                     parts.append(PartitionProduceResponse(index=data.index, error_code=code))
                     continue
+                code, duplicate_of = self._check_sequence(tp, data.records)
+                if code != ErrorCode.NONE:
+                    parts.append(PartitionProduceResponse(index=data.index, error_code=code))
+                    continue
+                if duplicate_of is not None:  # answered with the original batch's offset
+                    answer = PartitionProduceResponse(index=data.index, base_offset=duplicate_of)
+                    parts.append(answer)
+                    continue
                 base = self.logs[tp].append(data.records)
+                self._record_sequence(tp, data.records, base)
                 parts.append(PartitionProduceResponse(index=data.index, base_offset=base))
             responses.append(TopicProduceResponse(name=topic.name, partition_responses=parts))
         self._appended.set()
         return ProduceResponse(responses=responses)
+
+    def _check_sequence(self, tp: TopicPartition, records: bytes) -> tuple[int, int | None]:
+        """(error code, base offset of the batch this one duplicates) under `check_sequences`;
+        the rules of a broker's producer state, for a request of one batch."""
+        if not self.check_sequences:
+            return ErrorCode.NONE, None
+        header = _only_header(records)
+        if header.producer_id < 0:
+            return ErrorCode.NONE, None
+        entry = self.producer_states.get((tp, header.producer_id))
+        if entry is None:
+            return ErrorCode.NONE, None
+        first = header.base_sequence
+        last = (first + header.last_offset_delta) % (1 << 31)
+        if header.producer_epoch == entry.epoch:
+            for batch_first, batch_last, base_offset in entry.batches:
+                if (batch_first, batch_last) == (first, last):
+                    return ErrorCode.NONE, base_offset
+        if header.producer_epoch < entry.epoch:
+            return ErrorCode.INVALID_PRODUCER_EPOCH, None
+        if header.producer_epoch > entry.epoch:
+            expected = 0
+        else:
+            expected = (entry.batches[-1][1] + 1) % (1 << 31) if entry.batches else 0
+        if first != expected:
+            return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, None
+        return ErrorCode.NONE, None
+
+    def _record_sequence(self, tp: TopicPartition, records: bytes, base_offset: int) -> None:
+        if not self.check_sequences:
+            return
+        header = _only_header(records)
+        if header.producer_id < 0:
+            return
+        key = (tp, header.producer_id)
+        entry = self.producer_states.get(key)
+        if entry is None or entry.epoch != header.producer_epoch:
+            entry = self.producer_states[key] = ProducerEntry(header.producer_epoch)
+        last = (header.base_sequence + header.last_offset_delta) % (1 << 31)
+        entry.batches.append((header.base_sequence, last, base_offset))
+        del entry.batches[:-RETAINED_BATCHES]
+
+    async def init_producer_id(
+        self, broker: int, request: InitProducerIdRequest, ctx: RequestContext
+    ) -> InitProducerIdResponse:
+        self.init_producer_id_requests.append(request)
+        if self.init_producer_id_errors:
+            return InitProducerIdResponse(error_code=self.init_producer_id_errors.pop(0))
+        if request.producer_id >= 0:  # KIP-360: the same id, the next epoch
+            return InitProducerIdResponse(
+                producer_id=request.producer_id, producer_epoch=request.producer_epoch + 1
+            )
+        producer_id = self.next_producer_id
+        self.next_producer_id += 1
+        return InitProducerIdResponse(producer_id=producer_id, producer_epoch=0)
 
     async def fetch(self, broker: int, request: FetchRequest, ctx: RequestContext) -> FetchResponse:
         deadline_ns = self.clock.monotonic_ns() + request.max_wait_ms * NS_PER_MS
@@ -330,6 +424,17 @@ class ScriptedCluster:
             if stamp >= timestamp and offset >= log.log_start_offset:
                 return offset, stamp
         return -1, -1
+
+
+def _only_header(records: bytes) -> BatchHeader:
+    headers = [header for _, header in iter_batches(records)]
+    assert len(headers) == 1, f"{len(headers)} batches in one partition's produce data"
+    return headers[0]
+
+
+def batch_headers(cluster: ScriptedCluster, tp: TopicPartition) -> list[BatchHeader]:
+    """The header of every batch produced to `tp`, in arrival order (also refused ones)."""
+    return [_only_header(data) for p, data in cluster.produced if p == tp]
 
 
 async def settle(rounds: int = 50) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from typing import Any
 
 import pytest
 
@@ -36,7 +37,7 @@ def producer_tasks() -> set[str]:
     return {t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith(prefixes)}
 
 
-async def make_producer(cluster: ScriptedCluster, **settings: int) -> Producer:
+async def make_producer(cluster: ScriptedCluster, **settings: Any) -> Producer:
     client = cluster.client(config=ClientConfig(retry_backoff_ms=100), seed=SEED)
     return Producer(client, config=ProducerConfig(**settings), owns_client=True)
 
