@@ -9,6 +9,10 @@ temporary directory on the same file system (``--dir`` to choose it):
   (target: append >= 0.8x of it).
 * append: `Log.append_as_leader` — structural check + CRC, offset and leader epoch patch, roll
   check, write, sparse index entries.
+* append_idempotent: the same with each batch from one idempotent producer (its sequence
+  advancing), so the producer state's check and update run on every append (issue 19), against
+  append_distinct: the same distinct batches (each its own bytes in memory, as the idempotent
+  ones must be) with no producer id. Both sets are prepared before the clock starts.
 * read: sequential `Log.read` of 1 MB fetches over the whole log (page cache warm).
 * recovery: reopening the log after a simulated crash with the recovery point at 0, so every
   batch is re-validated and every index rebuilt; reported as seconds per GB.
@@ -26,6 +30,7 @@ import json
 import os
 import shutil
 import statistics
+import struct
 import tempfile
 import time
 from collections.abc import Callable
@@ -43,6 +48,7 @@ from wire.batch_builder import build_batch
 BATCH_BYTES = 16 * 1024
 RECORDS_PER_BATCH = 16
 READ_FETCH_BYTES = 1024 * 1024
+_PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence at byte 43
 MB = 1024 * 1024
 GB = 1024 * MB
 
@@ -97,6 +103,36 @@ def bench_os_write(data: bytes, count: int, *, with_crc: bool) -> Callable[[Path
 
 def _config() -> LogConfig:
     return LogConfig()  # Kafka's defaults: 1 GB segments, 4 KB index interval
+
+
+def distinct_batches(data: bytes, count: int, *, idempotent: bool) -> list[bytes]:
+    """`count` copies of `data`, each its own bytes; idempotent: as one producer's consecutive
+    batches (producer id 1000, epoch 0, base sequence advancing by the record count, the CRC
+    recomputed)."""
+    batches = []
+    for i in range(count):
+        batch = bytearray(data)
+        if idempotent:
+            _PRODUCER_FIELDS.pack_into(batch, 43, 1000, 0, i * RECORDS_PER_BATCH)
+            struct.pack_into(">I", batch, 17, crc32c(memoryview(batch)[21:]))
+        batches.append(bytes(batch))
+    return batches
+
+
+def bench_append_distinct(data: bytes, count: int, *, idempotent: bool) -> Callable[[Path], float]:
+    batches = distinct_batches(data, count, idempotent=idempotent)
+
+    def run(directory: Path) -> float:
+        log = Log.open(directory / "bench-0", _config(), SystemClock())
+        start = time.perf_counter()
+        for batch in batches:
+            log.append_as_leader(batch, 0)
+        elapsed = time.perf_counter() - start
+        assert log.log_end_offset == count * RECORDS_PER_BATCH
+        log.close()
+        return count * len(data) / MB / elapsed
+
+    return run
 
 
 def _fill(directory: Path, data: bytes, count: int) -> tuple[Log, float]:
@@ -176,6 +212,8 @@ def run_all(megabytes: int, rounds: int, workdir: Path) -> dict[str, float]:
     figures = _interleaved(
         {
             "append_mb_s": bench_append(data, count),
+            "append_distinct_mb_s": bench_append_distinct(data, count, idempotent=False),
+            "append_idempotent_mb_s": bench_append_distinct(data, count, idempotent=True),
             "os_write_mb_s": bench_os_write(data, count, with_crc=False),
             "os_write_crc_mb_s": bench_os_write(data, count, with_crc=True),
         },
@@ -201,6 +239,12 @@ def main(argv: list[str] | None = None) -> int:
     table.add_column("measure")
     table.add_column("value", justify="right")
     table.add_row("Log.append_as_leader", f"{figures['append_mb_s']:,.0f} MB/s")
+    table.add_row(
+        "Log.append_as_leader, idempotent producer",
+        f"{figures['append_idempotent_mb_s']:,.0f} MB/s "
+        f"({figures['append_idempotent_mb_s'] / figures['append_distinct_mb_s']:.2f}x of the "
+        "same distinct batches without a producer id)",
+    )
     table.add_row("os.write", f"{figures['os_write_mb_s']:,.0f} MB/s")
     table.add_row("os.write + crc32c (baseline)", f"{figures['os_write_crc_mb_s']:,.0f} MB/s")
     table.add_row("append / baseline", f"{ratio:.2f}x (target >= 0.80x)")
