@@ -15,6 +15,10 @@ Two ways to run it:
 * on the wall clock (`tcp_cluster`): TCP on 127.0.0.1, a `SystemClock`, Kafka's own liveness
   defaults, in a temporary directory; `run_until` then polls every millisecond of real time.
 
+A broker may have several log dirs (`log_dirs_per_broker`, for tests of one failing): the first is
+the layout's, the others sit beside it as ``broker-<id>.<n>``, where the tools that read the
+layout do not look.
+
 Ownership: everything runs on the caller's event loop. The harness reads the controller's model
 and the brokers' published views to decide when a condition holds; it never mutates them.
 """
@@ -90,12 +94,14 @@ class Cluster:
         defaults: Mapping[str, object] = FAST_LIVENESS,
         network: MemoryNetwork | None = None,
         seed: int = 0,
+        log_dirs_per_broker: int = 1,
     ) -> None:
         self.data_dir = data_dir
         self.broker_ids = sorted(broker_ids)
         self.clock = clock
         self.network = network
         self.seed = seed
+        self.log_dirs_per_broker = log_dirs_per_broker
         self._transport_for = transport_for
         self._address_for = address_for
         self.properties = {**defaults, **(properties or {})}
@@ -126,6 +132,7 @@ class Cluster:
         seed: int,
         properties: Mapping[str, object] | None = None,
         link: LinkConfig | None = None,
+        log_dirs_per_broker: int = 1,
     ) -> Cluster:
         clock = ManualClock()
         network = MemoryNetwork(seed, clock, default_link=link)
@@ -138,6 +145,7 @@ class Cluster:
             properties=properties,
             network=network,
             seed=seed,
+            log_dirs_per_broker=log_dirs_per_broker,
         )
 
     @staticmethod
@@ -149,6 +157,12 @@ class Cluster:
 
     def log_dir(self, broker_id: int) -> Path:
         return self.layout.broker_dir(broker_id)
+
+    def log_dirs(self, broker_id: int) -> list[Path]:
+        """The broker's log.dirs: `log_dir`, then the extra ones beside it."""
+        first = self.log_dir(broker_id)
+        extra = [first.with_name(f"{first.name}.{n}") for n in range(1, self.log_dirs_per_broker)]
+        return [first, *extra]
 
     def running(self, broker_id: int) -> bool:
         node = self.nodes.get(broker_id)
@@ -177,7 +191,7 @@ class Cluster:
         properties = {
             **self.properties,
             "broker.id": broker_id,
-            "log.dirs": str(self.log_dir(broker_id)),
+            "log.dirs": ",".join(str(d) for d in self.log_dirs(broker_id)),
             "listeners": f"{LISTENER}://{self._address_for(name)}",
         }
         node = BrokerNode(

@@ -14,7 +14,8 @@ handled one at a time to completion (awaits included), so no lock is needed. It 
 * two periodic tasks on the injected clock: ISR expiration every replica.lag.time.max.ms / 2
   (MaybeShrinkIsr to every partition, which only a leader acts on) and the high-watermark
   checkpoint every replica.high.watermark.checkpoint.interval.ms, started after the first
-  LeaderAndIsr (seeds 000/003). Both only read published views and send messages.
+  LeaderAndIsr (seeds 000/003). Both only read published views and send messages;
+* a watcher task on the LogManager's failure channel, which only sends messages.
 
 LeaderAndIsr follows seed 002 (becomeLeaderOrFollower, makeLeaders, makeFollowers) with the fixes
 of DESIGN.md: controller epoch and broker epoch fencing for the whole request; per partition,
@@ -32,9 +33,15 @@ A log failure fails its whole log dir (Kafka's LogDirFailureHandler, seeds 002/0
 partition actor stops on an I/O error, or a log cannot be created, the LogManager marks that dir
 offline and every partition in it goes OFFLINE here (the actors are told `LogDirOffline`, stay
 routed so requests get KAFKA_STORAGE_ERROR, leave the fetchers and are reported as no longer
-led). A LeaderAndIsr for a partition of an offline dir answers KAFKA_STORAGE_ERROR; the broker's
-heartbeats report the dir (node/broker/lifecycle.py) and the controller moves leadership away.
-When no log dir is left, `on_all_log_dirs_offline` runs: the node stops the process (Kafka halts).
+led). A failure the LogManager finds in its own I/O (background work, checkpoints, the
+high-watermark checkpoint written here, a deletion) it reports on its failure channel
+(runtime/log/dir_failure.py): a watcher task of this actor takes each report and tells it to the
+actor (waiting for mailbox room, so none is dropped), which takes the partitions OFFLINE the same
+way. A LeaderAndIsr for a partition of an offline dir answers KAFKA_STORAGE_ERROR, and so does
+one for a partition without a log here while any dir is offline, unless the controller marks it
+new (its log may be in the failed dir); the broker's heartbeats report the dir
+(node/broker/lifecycle.py) and the controller moves leadership away. When no log dir is left,
+`on_all_log_dirs_offline` runs: the node stops the process (Kafka halts).
 
 The leadership hook (`on_leadership_change`, seed 002's onLeadershipChange, consumed by the
 group coordinator) hears of every partition that starts or stops being led here: LeaderAndIsr's
@@ -94,6 +101,7 @@ from actors.replication.routing import (
 from actors.views import PartitionView, Role
 from runtime.actor import Actor, MailboxClosed, MailboxFull, handles
 from runtime.clock import Clock
+from runtime.log.dir_failure import LogDirFailure
 from runtime.log.errors import InconsistentTopicIdError
 from runtime.log.manager import LogDirOfflineError, LogManager
 from wire.errors import ErrorCode
@@ -124,6 +132,13 @@ class _PartitionFailed:
     """A partition actor stopped on a log failure (its supervisor callback sent this)."""
 
     actor: PartitionActor
+
+
+@dataclass(frozen=True, slots=True)
+class _LogDirFailed:
+    """The LogManager took a dir offline after an I/O error of its own (the watcher sent this)."""
+
+    failure: LogDirFailure
 
 
 # (partitions now led here, partitions no longer led here): the second holds new followers and
@@ -175,6 +190,7 @@ class ReplicaManager(Actor):
         self._broker_epoch = NO_BROKER_EPOCH
         self._pending_fetchers: set[TopicPartition] = set()
         self._checkpointing = False
+        self._dir_failure_watcher: asyncio.Task[None] | None = None
         # Per-topic min.insync.replicas overrides, replaced whole on change (the data path
         # reads it without asking the actor).
         self._min_insync: Mapping[str, int] = MappingProxyType({})
@@ -233,8 +249,22 @@ class ReplicaManager(Actor):
 
     async def on_start(self) -> None:
         self.every(self.config.replica_lag_time_max_ms // 2, self._expire_isr)
+        self._dir_failure_watcher = asyncio.get_running_loop().create_task(
+            self._watch_log_dir_failures(), name=f"{self.name}-log-dir-failures"
+        )
+
+    async def _watch_log_dir_failures(self) -> None:
+        """Seed 002's LogDirFailureHandler: each dir the LogManager failed goes to the actor."""
+        channel = self._log_manager.failure_channel
+        with contextlib.suppress(MailboxClosed):
+            while True:
+                await self.tell(_LogDirFailed(await channel.take()))
 
     async def on_stop(self) -> None:
+        watcher, self._dir_failure_watcher = self._dir_failure_watcher, None
+        if watcher is not None:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
         self._fetchers.remove_partitions(list(self._partitions))
         self._pending_fetchers.clear()
         actors = list(self._partitions.values())
@@ -322,7 +352,7 @@ class ReplicaManager(Actor):
                     errors[tp] = verdict
                     continue
             else:
-                created = await self._create_partition(tp, wire_state.topic_id)
+                created = await self._create_partition(tp, wire_state.topic_id, wire_state.is_new)
                 if isinstance(created, ErrorCode):
                     errors[tp] = created
                     continue
@@ -383,11 +413,11 @@ class ReplicaManager(Actor):
             await self._stop_partition(tp)
 
     async def _create_partition(
-        self, tp: TopicPartition, topic_id: bytes
+        self, tp: TopicPartition, topic_id: bytes, is_new: bool
     ) -> PartitionActor | ErrorCode:
         try:
             partition_log = self._log_manager.get_or_create_log(
-                tp, topic_id=topic_id_text(topic_id)
+                tp, topic_id=topic_id_text(topic_id), is_new=is_new
             )
         except InconsistentTopicIdError:
             log.warning("%s: %s belongs to another topic id", self.name, tp)
@@ -442,9 +472,18 @@ class ReplicaManager(Actor):
         # Whatever they were, they lead nothing now (their roles before the failure are gone).
         self._report_leadership((), tps)
 
+    @handles(_LogDirFailed)
+    async def _on_log_dir_failed(self, message: _LogDirFailed) -> None:
+        failure = message.failure
+        log.error("%s: I/O error in log dir %s: %s", self.name, failure.directory, failure.error)
+        await self._take_dir_offline(failure.directory, failure.partitions)
+
     async def _fail_log_dir(self, directory: Path) -> None:
         """Kafka's handleLogDirFailure: every partition of the dir goes offline here."""
-        lost = self._log_manager.mark_dir_offline(directory)
+        await self._take_dir_offline(directory, self._log_manager.mark_dir_offline(directory))
+
+    async def _take_dir_offline(self, directory: Path, lost: Sequence[TopicPartition]) -> None:
+        """`lost`: the partitions whose logs were in the dir, now offline in the LogManager."""
         hosted = [tp for tp in lost if tp in self._partitions]
         log.error("%s: log dir %s failed: %d partitions offline", self.name, directory, len(hosted))
         for tp in hosted:

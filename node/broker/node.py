@@ -5,7 +5,9 @@ read side by side, since each depends on the others; every handler lives in node
 
 It builds and wires the broker's parts and owns their lifetimes:
 
-    LogManager              the log dirs (open: lock, load, recover; background run() task)
+    LogManager              the log dirs (open: lock, load, recover; background run() task);
+                            a dir that fails to open starts offline and the broker starts on
+                            the others (with none, `start()` raises LogDirOfflineError)
     DelayedOperations       the produce and fetch purgatories
     ReplicaFetcherManager   follower fetchers, one Client per fetcher over the node's transport
                             (Fetch is data-plane: no credential)
@@ -17,9 +19,10 @@ It builds and wires the broker's parts and owns their lifetimes:
     ControllerForwarder     CreateTopics / DeleteTopics / DescribeCluster from clients, to the
                             controller over the control client (KIP-590)
     ReplicaManager          the actor for LeaderAndIsr / StopReplica / UpdateMetadata; it is the
-                            supervisor of the partition actors (a fatal log error takes its
-                            whole log dir offline, the broker keeps serving the other dirs;
-                            with none left, `failed` is set)
+                            supervisor of the partition actors (a fatal log error, or one in
+                            the LogManager's own I/O, takes its whole log dir offline, the
+                            broker keeps serving the other dirs; with none left, `failed` is
+                            set)
     RequestPath             Produce / Fetch / ListOffsets / OffsetForLeaderEpoch
     GroupCoordinator        consumer groups and committed offsets on __consumer_offsets, one
                             actor per led offsets partition, moved by the ReplicaManager's
@@ -402,7 +405,7 @@ class BrokerNode:
 
     @property
     def had_clean_shutdown(self) -> bool:
-        """Every log dir had the clean-shutdown marker at start (no recovery scan ran)."""
+        """Every log dir that loaded had the clean-shutdown marker at start (no recovery scan)."""
         return bool(self.loaded) and all(d.clean_shutdown for d in self.loaded)
 
     async def start(self) -> None:

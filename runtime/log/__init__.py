@@ -3,6 +3,8 @@
 Entry points: `runtime.log.manager.LogManager` (a broker's log dirs and background tasks) and
 `runtime.log.log.Log` (one partition). By role:
 
+* ``dir_loader``, ``dir_failure``, ``background`` — opening a broker's log dirs, failed dirs
+  (Kafka's LogDirFailureChannel), and the manager's periodic work
 * ``config`` — `LogConfig` / `LogManagerConfig` under Kafka's property names
 * ``errors`` — the typed storage errors
 * ``partition_dir`` — `TopicPartition` and partition directory names

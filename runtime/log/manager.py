@@ -2,39 +2,52 @@
 
 Per log dir (layouts in `runtime.log.checkpoints`):
 
-* ``.lock`` — held with ``flock(LOCK_EX | LOCK_NB)`` while a process uses the dir, so a second
-  broker on the same dir refuses to start (`LogDirLockedError`). The lock dies with the process.
+* ``.lock`` — held while a process uses the dir, so a second broker on the same dir refuses to
+  start (`LogDirLockedError`; the lock and the loading of a dir are in runtime/log/dir_loader.py).
 * ``meta.properties`` — the dir's identity (`runtime.log.meta_properties`): the node it belongs to
   and a directory id, created when a broker first opens the dir (a manager built without a node
   id, as the offline tools build one, only reads it). A dir of another node is refused.
-* ``.kafka_cleanshutdown`` — an empty marker written after every log was flushed and closed and
-  every checkpoint written; present at startup means no recovery scan. It is removed once the dir's
-  logs are loaded, so a crash from then on is seen as unclean.
+* ``.kafka_cleanshutdown`` — an empty marker written after every log of the dir was flushed and
+  closed and its checkpoints written; present at startup means no recovery scan. It is removed
+  once the dir's logs are loaded, so a crash from then on is seen as unclean.
 * ``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint`` — written by this class;
   ``replication-offset-checkpoint`` (high watermarks) — written through `write_high_watermarks` by
-  the replica manager, read here to seed each log's HW.
-  A checkpoint that does not parse is ignored with a warning, since each fallback is safe
-  (recovery from offset 0, log start from the first segment, HW at the log start).
+  the replica manager, read at startup to seed each log's HW.
 * ``<topic>-<partition>/`` — one `Log` each; deleted partitions are renamed
   ``<topic>-<partition>.<uuid>-delete`` at once and removed in the background.
 
-Background work (`run()`, all timed by the injected clock): retention every
-``log.retention.check.interval.ms``; flushing logs older than their ``flush.ms`` every
-``log.flush.scheduler.interval.ms``; fsync of rolled segments plus the recovery point checkpoint
-every ``log.flush.offset.checkpoint.interval.ms``; the log start offset checkpoint every
-``log.flush.start.offset.checkpoint.interval.ms``; removal of retired segments and deleted
-directories every second. Long steps (fsyncs, unlinks, recursive deletes) run in worker threads.
+Background work (`run()`): retention, flushes, the recovery point and log start offset
+checkpoints, removal of retired segments and deleted directories, each on its interval of the
+injected clock (runtime/log/background.py).
 
-A failed dir (Kafka's LogDirFailureChannel and handleLogDirFailure): the replica manager calls
-`mark_dir_offline` after an I/O error in one of its logs. From then on the dir is out of service
-for this process: its logs leave the manager's tables (no retention, flush or checkpoint touches
-them, and no clean-shutdown marker is written there), no new log is created in it, and asking for
-one of its partitions raises `LogDirOfflineError` (KAFKA_STORAGE_ERROR) rather than creating an
-empty replacement elsewhere. Only a restart brings the dir back. `offline_directory_ids` is what the
-broker's heartbeats report.
+A failed dir (Kafka's LogDirFailureChannel, handleLogDirFailure and loadLogs): an I/O error in a
+log dir fails the whole dir. From then on the dir is out of service for this process: its logs
+leave the manager's tables (no retention, flush or checkpoint touches them, and no clean-shutdown
+marker is written there), no new log is created in it, and asking for one of its partitions raises
+`LogDirOfflineError` (KAFKA_STORAGE_ERROR) rather than creating an empty replacement elsewhere;
+while any dir is offline, a log that is not new (LeaderAndIsr's is_new) is not created either,
+since it may be in that dir. Only a restart brings the dir back. Three ways in:
 
-(Over ~500 lines on purpose: the dir tables, the failed dirs and the background work are one
-owner's state, and each of its methods reads the same tables.)
+* the replica manager calls `mark_dir_offline` after an I/O error in a partition actor or when a
+  log cannot be created (it takes the dir's partitions offline in the same handler);
+* an OSError in the manager's own steps (the background work, a checkpoint, the high watermarks
+  the replica manager has it write, a deletion) calls `fail_dir`, which marks the dir offline and
+  reports it on `failure_channel` for the replica manager (runtime/log/dir_failure.py); the other
+  dirs are served on;
+* at `open`, a dir that cannot be created, locked, identified, listed or whose logs cannot be
+  opened starts offline (with no logs) and the broker starts with the others; only when none is
+  left does `open` fail. Configuration errors stay fatal (another process's lock, another node's
+  meta.properties, a directory that is not a partition's). A manager without a node id (an
+  offline tool) sees every dir or fails: a partial view would pass for the whole.
+
+`offline_directory_ids` is what the broker's heartbeats report: the ids of the failed dirs whose
+meta.properties could be read. A dir whose meta.properties could not be read has no id to report;
+the controller learns of it from the registration, which lacks the id the broker registered
+before, and from the KAFKA_STORAGE_ERROR answers for the partitions it can no longer create.
+
+(Over ~500 lines on purpose: the dir tables and the failed dirs are one owner's state, and each
+of its methods reads the same tables; the background work and the reading of a dir at startup
+are apart, in runtime/log/background.py and runtime/log/dir_loader.py.)
 
 Ownership: the manager runs on the broker's event loop. It calls a log's synchronous methods
 between awaits only, so each call is atomic with respect to the log's owner, as a message would be;
@@ -44,20 +57,15 @@ between awaits only, so each call is atomic with respect to the log's owner, as 
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import logging
 import os
 import random
-import shutil
-from collections.abc import Awaitable, Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
-
-import anyio
 
 from runtime.clock import Clock
+from runtime.log.background import LogBackgroundWork
 from runtime.log.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
     PARTITION_METADATA,
@@ -67,13 +75,12 @@ from runtime.log.checkpoints import (
     PartitionMetadataFile,
     fsync_dir,
 )
-from runtime.log.config import LONG_MAX, LogConfig, LogManagerConfig
-from runtime.log.errors import (
-    CorruptCheckpointError,
-    InconsistentTopicIdError,
-    LogDirError,
-    LogDirLockedError,
-)
+from runtime.log.config import LogConfig, LogManagerConfig
+from runtime.log.dir_failure import LogDirFailure, LogDirFailureChannel
+from runtime.log.dir_loader import CLEAN_SHUTDOWN_FILE as CLEAN_SHUTDOWN_FILE
+from runtime.log.dir_loader import LOCK_FILE as LOCK_FILE
+from runtime.log.dir_loader import DirContents, lock_dir, read_dirs, release
+from runtime.log.errors import InconsistentTopicIdError, LogDirError
 from runtime.log.log import Log
 from runtime.log.meta_properties import (
     MetaProperties,
@@ -83,21 +90,17 @@ from runtime.log.meta_properties import (
     random_directory_id,
     read_if_present,
 )
-from runtime.log.partition_dir import delete_dir_name, is_delete_dir, is_ignored_dir
+from runtime.log.partition_dir import delete_dir_name
 from runtime.log.recovery import RecoveryReport
-from runtime.log.segment import LogSegment
 from wire.topic import TopicPartition
-
-LOCK_FILE: Final = ".lock"
-CLEAN_SHUTDOWN_FILE: Final = ".kafka_cleanshutdown"
-DELETER_INTERVAL_MS: Final = 1000
 
 logger = logging.getLogger(__name__)
 
 
 class LogDirOfflineError(OSError):
     """A log cannot be opened or created because its dir failed (or failed just now: the
-    OSError is the cause). `directory`: the dir that failed, None when no dir is live."""
+    OSError is the cause). `directory`: the dir that failed; None when no single dir is to
+    blame (none is live, or the log may be in any of the failed ones)."""
 
     def __init__(self, message: str, directory: Path | None) -> None:
         super().__init__(message)
@@ -110,16 +113,6 @@ class LoadedDir:
     clean_shutdown: bool
     reports: dict[TopicPartition, RecoveryReport]
     directory_id: bytes | None = None  # from meta.properties (None: a reader without a node id)
-
-
-@dataclass(slots=True)
-class _DirContents:
-    """One log dir as its loader thread read it, before it joins the manager's tables."""
-
-    directory: Path
-    clean_shutdown: bool
-    logs: dict[TopicPartition, Log] = field(default_factory=dict)
-    doomed: list[tuple[int, Path]] = field(default_factory=list)  # (due monotonic ms, dir)
 
 
 class LogManager:
@@ -151,24 +144,15 @@ class LogManager:
         self._logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
         self._topic_overrides: dict[str, Mapping[str, object]] = {}
-        self._retired_segments: list[LogSegment] = []
         self._doomed_dirs: list[tuple[int, Path]] = []  # (due monotonic ms, renamed directory)
         # Failed dirs, and the partitions whose logs were in them (kept so that a partition of a
         # failed dir is refused, never recreated empty in another dir).
         self._offline_dirs: set[Path] = set()
         self._offline_logs: dict[TopicPartition, Path] = {}
+        # The failures found in the manager's own steps, for the replica manager to take.
+        self.failure_channel = LogDirFailureChannel(len(self._dirs))
 
     # -- startup --------------------------------------------------------------------------------
-
-    def _lock(self, directory: Path) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise LogDirLockedError(f"{directory} is in use by another process") from None
-        self._lock_fds[directory] = fd
 
     def _unlock_all(self) -> None:
         for fd in self._lock_fds.values():
@@ -176,26 +160,43 @@ class LogManager:
         self._lock_fds.clear()
 
     def open(self) -> list[LoadedDir]:
-        """Lock every log dir and load its logs (recovering after an unclean shutdown). Blocking;
-        `open_async` runs it off the event loop.
+        """Lock every log dir and load its logs (recovering after an unclean shutdown); returns
+        the dirs that loaded. Blocking; `open_async` runs it off the event loop.
 
-        Each dir is read in its own worker thread (dirs are separate disks, and a recovery scan
-        reads every unflushed byte); the logs join the manager's tables on this thread, in dir
-        order, so the loaders share nothing. If another process holds any dir, nothing stays
-        locked and LogDirLockedError is raised.
+        Each dir is read in its own worker thread (runtime/log/dir_loader.py); the logs join the
+        manager's tables on this thread, in dir order, so the loaders share nothing. A dir that
+        fails with an OSError on the way starts offline (the module's docstring says which errors
+        stay fatal); LogDirOfflineError when no dir is left. If anything is raised, nothing stays
+        locked.
         """
         try:
             for directory in self._dirs:
-                self._lock(directory)
-                self._identify(directory)
-            # One seed per dir, drawn here in dir order: the loaders finish in any order.
-            seeds = [self._rng.random() for _ in self._dirs]
-            with ThreadPoolExecutor(len(self._dirs), thread_name_prefix="log-dir-load") as pool:
-                read = list(pool.map(self._read_dir, self._dirs, seeds))
-            return [self._adopt(contents) for contents in read]
+                try:
+                    self._lock_fds[directory] = lock_dir(directory)
+                    self._identify(directory)
+                except OSError as error:
+                    self._fail_at_open(directory, error)
+            # One seed per configured dir, drawn here in dir order: the loaders finish in any
+            # order, and a dir that failed does not shift the seeds of the others.
+            seeds = {directory: self._rng.random() for directory in self._dirs}
+            live = self.live_log_dirs
+            read = read_dirs(live, [seeds[d] for d in live], self.config_for, self._clock)
+            loaded = [self._adopt(contents) for contents in read]
+            if not self.live_log_dirs:
+                dirs = ", ".join(str(d) for d in self._dirs)
+                raise LogDirOfflineError(f"no log dir could be opened (log.dirs: {dirs})", None)
+            return [d for d in loaded if d is not None]
         except BaseException:
             self._unlock_all()
             raise
+
+    def _fail_at_open(self, directory: Path, error: OSError) -> None:
+        """A dir that cannot be brought into service starts offline, as Kafka's loadLogs leaves
+        it; a reader (no node id) fails instead: it must see every dir or none."""
+        if self._node_id is None:
+            raise error
+        logger.error("log dir %s is offline from the start: %s", directory, error)
+        self._offline_dirs.add(directory)
 
     def _identify(self, directory: Path) -> None:
         """Read (or, for a dir without one, create) the locked dir's meta.properties."""
@@ -218,64 +219,44 @@ class LogManager:
         self._meta[directory] = meta
 
     def directory_ids(self) -> tuple[bytes, ...]:
-        """The open dirs' ids in log.dirs order (what the broker registers with)."""
+        """The ids of the dirs whose meta.properties was read, in log.dirs order: what the
+        broker registers with. A dir that failed since, or at startup after its meta.properties
+        was read, is among them: it is offline, not gone (the controller takes a registered
+        dir missing from a later registration for one wiped, and forgets every replica)."""
         return tuple(self._meta[d].directory_id for d in self._dirs if d in self._meta)
 
     async def open_async(self) -> list[LoadedDir]:
         """`open` in a worker thread, so the event loop runs on while the logs load."""
         return await asyncio.to_thread(self.open)
 
-    def _read_dir(self, directory: Path, seed: float) -> _DirContents:
-        """Load every log of one dir (a loader thread: it touches nothing of the manager's)."""
-        clean = (directory / CLEAN_SHUTDOWN_FILE).exists()
-        recovery_points = _read_or_empty(directory / RECOVERY_POINT_CHECKPOINT)
-        start_offsets = _read_or_empty(directory / LOG_START_OFFSET_CHECKPOINT)
-        high_watermarks = _read_or_empty(directory / REPLICATION_OFFSET_CHECKPOINT)
-        rng = random.Random(seed)
-        contents = _DirContents(directory, clean)
-        due_ms = self._clock.monotonic_ms()
-        for child in sorted(directory.iterdir()):
-            if not child.is_dir() or is_ignored_dir(child.name):
-                continue
-            if is_delete_dir(child.name):
-                contents.doomed.append((due_ms, child))
-                continue
-            try:
-                tp = TopicPartition.from_dir_name(child.name)
-            except ValueError:
-                raise LogDirError(f"{child} is not a partition directory") from None
-            contents.logs[tp] = Log.open(
-                child,
-                self.config_for(tp.topic),
-                self._clock,
-                log_start_offset=start_offsets.get(tp, 0),
-                recovery_point=recovery_points.get(tp, 0),
-                high_watermark=high_watermarks.get(tp),
-                had_clean_shutdown=clean,
-                rng=random.Random(rng.random()),
-            )
-        return contents
-
-    def _adopt(self, contents: _DirContents) -> LoadedDir:
-        """Enter one loaded dir's logs in the manager's tables, then remove its clean-shutdown
-        marker: from here on a crash must be seen as unclean."""
+    def _adopt(self, contents: DirContents) -> LoadedDir | None:
+        """Remove one loaded dir's clean-shutdown marker (from here on a crash must be seen as
+        unclean), then enter its logs in the manager's tables. None when the dir failed."""
         directory = contents.directory
-        for tp, log in contents.logs.items():
+        for tp in contents.logs:
             if tp in self._logs:
                 raise LogDirError(f"{tp} is in both {self._dir_of[tp]} and {directory}")
+        if contents.error is None and contents.clean_shutdown:
+            try:
+                (directory / CLEAN_SHUTDOWN_FILE).unlink()
+                fsync_dir(directory)
+            except OSError as error:
+                release(contents.logs.values())
+                contents.error = error
+        if contents.error is not None:
+            self._fail_at_open(directory, contents.error)
+            return None
+        for tp, log in contents.logs.items():
             self._logs[tp] = log
             self._dir_of[tp] = directory
         self._doomed_dirs.extend(contents.doomed)
-        if contents.clean_shutdown:
-            (directory / CLEAN_SHUTDOWN_FILE).unlink()
-            fsync_dir(directory)
         reports = {tp: log.recovery_report for tp, log in contents.logs.items()}
         meta = self._meta.get(directory)
         return LoadedDir(
             directory, contents.clean_shutdown, reports, None if meta is None else meta.directory_id
         )
 
-    # -- logs ---------------------------------------------------------------------------------
+    # -- failed dirs ----------------------------------------------------------------------------
 
     @property
     def log_dirs(self) -> tuple[Path, ...]:
@@ -285,8 +266,12 @@ class LogManager:
     def live_log_dirs(self) -> tuple[Path, ...]:
         return tuple(d for d in self._dirs if d not in self._offline_dirs)
 
+    def is_live(self, directory: Path) -> bool:
+        return directory in self._dirs and directory not in self._offline_dirs
+
     def offline_directory_ids(self) -> tuple[bytes, ...]:
-        """The failed dirs' ids in log.dirs order (what the broker's heartbeats report)."""
+        """The failed dirs' ids in log.dirs order (what the broker's heartbeats report); a dir
+        whose meta.properties could not be read has none."""
         return tuple(
             self._meta[d].directory_id
             for d in self._dirs
@@ -311,9 +296,29 @@ class LogManager:
         logger.error("log dir %s is offline (%d partitions)", directory, len(lost))
         return lost
 
+    def fail_dir(self, directory: Path, error: OSError) -> None:
+        """An I/O error in one of the manager's own steps: the dir goes offline at once (as
+        `mark_dir_offline`, so no later step touches it) and is reported on `failure_channel`
+        with its partitions. Nothing happens for a dir already offline: its failure was handled
+        by whoever found it first."""
+        if directory in self._offline_dirs:
+            return
+        logger.error("I/O error in log dir %s: %s", directory, error)
+        lost = self.mark_dir_offline(directory)
+        self.failure_channel.report(LogDirFailure(directory, tuple(lost), str(error)))
+
+    # -- logs ---------------------------------------------------------------------------------
+
     @property
     def logs(self) -> dict[TopicPartition, Log]:
         return dict(self._logs)
+
+    def logs_by_dir(self) -> dict[Path, dict[TopicPartition, Log]]:
+        """The live dirs' logs, dir by dir in log.dirs order (a snapshot)."""
+        by_dir: dict[Path, dict[TopicPartition, Log]] = {d: {} for d in self.live_log_dirs}
+        for tp, log in self._logs.items():
+            by_dir[self._dir_of[tp]][tp] = log
+        return by_dir
 
     def get_log(self, tp: TopicPartition) -> Log | None:
         return self._logs.get(tp)
@@ -345,17 +350,25 @@ class LogManager:
             counts[directory] += 1
         return min(live, key=lambda d: (counts[d], self._dirs.index(d)))
 
-    def get_or_create_log(self, tp: TopicPartition, *, topic_id: str | None = None) -> Log:
+    def get_or_create_log(
+        self, tp: TopicPartition, *, topic_id: str | None = None, is_new: bool = False
+    ) -> Log:
         """The partition's log, created empty in the least loaded log dir if absent.
 
         With `topic_id`, partition.metadata is written (or checked: InconsistentTopicIdError).
         A partition of a failed dir, or an I/O error here, raises `LogDirOfflineError` naming
-        the dir (the caller decides to fail it).
+        the dir (the caller decides to fail it). While a dir is offline, an absent log is created
+        only if `is_new` (the controller's LeaderAndIsr says the partition was just created):
+        another may be in the failed dir, and an empty one elsewhere would stand in for its data
+        (Kafka's getOrCreateLog); that refusal names no dir.
         """
         offline_dir = self._offline_logs.get(tp)
         if offline_dir is not None:
             raise LogDirOfflineError(f"{tp}: its log dir {offline_dir} is offline", offline_dir)
         log = self._logs.get(tp)
+        if log is None and not is_new and self._offline_dirs:
+            offline = ", ".join(str(d) for d in self._dirs if d in self._offline_dirs)
+            raise LogDirOfflineError(f"{tp}: no log here; it may be in offline {offline}", None)
         directory = self._dir_of.get(tp) if log is not None else self._next_log_dir()
         assert directory is not None, tp
         try:
@@ -390,19 +403,37 @@ class LogManager:
 
     def delete_log(self, tp: TopicPartition) -> Path | None:
         """Take the log out of service: rename its directory to ``...-delete`` now, remove the
-        files in the background. Returns the new directory name, None if there was no log."""
-        log = self._logs.pop(tp, None)
-        directory = self._dir_of.pop(tp, None)
+        files in the background. Returns the new directory name, None if there was no log. An
+        I/O error fails the log's dir (`fail_dir`) and raises LogDirOfflineError."""
+        log = self._logs.get(tp)
+        directory = self._dir_of.get(tp)
         if log is None or directory is None:
             return None
-        log.close()
         doomed = directory / delete_dir_name(tp)
-        log.rename_directory(doomed)
-        fsync_dir(directory)
+        try:
+            log.close()
+            log.rename_directory(doomed)
+            fsync_dir(directory)
+        except OSError as error:
+            self.fail_dir(directory, error)
+            raise LogDirOfflineError(f"{tp}: I/O error deleting its log: {error}", directory) from (
+                error
+            )
+        del self._logs[tp]
+        del self._dir_of[tp]
         self._doomed_dirs.append((self._clock.monotonic_ms(), doomed))
         self.checkpoint_recovery_points(directory)
         self.checkpoint_log_start_offsets(directory)
         return doomed
+
+    def take_due_deleted_dirs(self) -> list[Path]:
+        """The deleted partition directories whose file.delete.delay.ms has passed, for the
+        background work to remove."""
+        now_ms = self._clock.monotonic_ms()
+        delay_ms = self.config.default.file_delete_delay_ms
+        due = [d for t, d in self._doomed_dirs if t + delay_ms <= now_ms]
+        self._doomed_dirs = [(t, d) for t, d in self._doomed_dirs if t + delay_ms > now_ms]
+        return due
 
     def truncate_to(self, offsets: Mapping[TopicPartition, int]) -> None:
         """Truncate logs (follower becoming in sync with a new leader) and checkpoint recovery
@@ -411,29 +442,39 @@ class LogManager:
             log = self._logs.get(tp)
             if log is not None:
                 log.truncate_to(offset)
-        for directory in self.live_log_dirs:
-            self.checkpoint_recovery_points(directory)
+        self.checkpoint_recovery_points()
 
-    # -- checkpoints ----------------------------------------------------------------------------
+    # -- checkpoints (an I/O error fails the dir: `fail_dir`) -----------------------------------
 
     def _logs_in(self, directory: Path) -> dict[TopicPartition, Log]:
         return {tp: log for tp, log in self._logs.items() if self._dir_of[tp] == directory}
 
+    def _checkpointed_dirs(self, directory: Path | None) -> Iterable[Path]:
+        if directory is None:
+            return self.live_log_dirs
+        return (directory,) if self.is_live(directory) else ()
+
+    def _write_checkpoint(self, path: Path, offsets: Mapping[TopicPartition, int]) -> None:
+        try:
+            OffsetCheckpointFile(path).write(offsets)
+        except OSError as error:
+            self.fail_dir(path.parent, error)
+
     def checkpoint_recovery_points(self, directory: Path | None = None) -> None:
-        for d in [directory] if directory is not None else self.live_log_dirs:
+        for d in self._checkpointed_dirs(directory):
             offsets = {tp: log.recovery_point for tp, log in self._logs_in(d).items()}
-            OffsetCheckpointFile(d / RECOVERY_POINT_CHECKPOINT).write(offsets)
+            self._write_checkpoint(d / RECOVERY_POINT_CHECKPOINT, offsets)
 
     def checkpoint_log_start_offsets(self, directory: Path | None = None) -> None:
-        for d in [directory] if directory is not None else self.live_log_dirs:
+        for d in self._checkpointed_dirs(directory):
             offsets = {tp: log.log_start_offset for tp, log in self._logs_in(d).items()}
-            OffsetCheckpointFile(d / LOG_START_OFFSET_CHECKPOINT).write(offsets)
+            self._write_checkpoint(d / LOG_START_OFFSET_CHECKPOINT, offsets)
 
     def write_high_watermarks(self, high_watermarks: Mapping[TopicPartition, int]) -> None:
-        """Write each log dir's replication-offset-checkpoint with its partitions' HWs."""
+        """Write each live log dir's replication-offset-checkpoint with its partitions' HWs."""
         for d in self.live_log_dirs:
             local = {tp: hw for tp, hw in high_watermarks.items() if self._dir_of.get(tp) == d}
-            OffsetCheckpointFile(d / REPLICATION_OFFSET_CHECKPOINT).write(local)
+            self._write_checkpoint(d / REPLICATION_OFFSET_CHECKPOINT, local)
 
     def read_high_watermarks(self) -> dict[TopicPartition, int]:
         merged: dict[TopicPartition, int] = {}
@@ -441,94 +482,37 @@ class LogManager:
             merged.update(OffsetCheckpointFile(d / REPLICATION_OFFSET_CHECKPOINT).read())
         return merged
 
-    # -- background work ------------------------------------------------------------------------
-
-    def cleanup_logs(self) -> int:
-        """One retention pass over every log; returns the number of segments retired."""
-        retired = 0
-        for log in list(self._logs.values()):
-            retired += log.delete_old_segments()
-        if retired:
-            self.checkpoint_log_start_offsets()
-        return retired
-
-    async def flush_dirty_logs(self) -> None:
-        now_ms = self._clock.monotonic_ms()
-        for log in list(self._logs.values()):
-            if now_ms - log.last_flush_ms >= log.config.flush_ms:
-                await log.flush_async()
-
-    async def checkpoint_recovery_points_async(self) -> None:
-        """fsync segments that were rolled since the last flush, then checkpoint."""
-        for log in list(self._logs.values()):
-            rolled_up_to = log.active_segment.base_offset
-            if rolled_up_to > log.recovery_point:
-                await log.flush_async(rolled_up_to)
-        self.checkpoint_recovery_points()
-
-    async def delete_retired_files(self) -> None:
-        """Remove segments and directories whose deletion delay has passed (worker thread)."""
-        for log in list(self._logs.values()):
-            self._retired_segments.extend(log.take_deleted_segments())
-        segments, self._retired_segments = self._retired_segments, []
-        now_ms = self._clock.monotonic_ms()
-        delay_ms = self.config.default.file_delete_delay_ms
-        dirs = [d for t, d in self._doomed_dirs if t + delay_ms <= now_ms]
-        self._doomed_dirs = [(t, d) for t, d in self._doomed_dirs if t + delay_ms > now_ms]
-        if segments:
-            await Log.delete_segment_files_async(segments)
-        for directory in dirs:
-            await asyncio.to_thread(shutil.rmtree, directory, True)
-
-    async def _every(self, interval_ms: int, action: Callable[[], Awaitable[None]]) -> None:
-        if interval_ms >= LONG_MAX:
-            return  # Kafka's "never"
-        while True:
-            await self._clock.sleep(interval_ms / 1000)
-            await action()
+    # -- background work and shutdown -----------------------------------------------------------
 
     async def run(self) -> None:
-        """Run the background tasks until cancelled (the node owns this task)."""
-
-        async def retention() -> None:
-            self.cleanup_logs()
-
-        async def log_start_checkpoint() -> None:
-            self.checkpoint_log_start_offsets()
-
-        config = self.config
-        async with anyio.create_task_group() as group:
-            group.start_soon(self._every, config.retention_check_interval_ms, retention)
-            group.start_soon(self._every, config.flush_scheduler_interval_ms, self.flush_dirty_logs)
-            group.start_soon(
-                self._every,
-                config.flush_offset_checkpoint_interval_ms,
-                self.checkpoint_recovery_points_async,
-            )
-            group.start_soon(
-                self._every,
-                config.flush_start_offset_checkpoint_interval_ms,
-                log_start_checkpoint,
-            )
-            group.start_soon(self._every, DELETER_INTERVAL_MS, self.delete_retired_files)
-
-    # -- shutdown -------------------------------------------------------------------------------
+        """Run the background work until cancelled (the node owns this task)."""
+        await LogBackgroundWork(self, self._clock).run()
 
     def shutdown(self) -> None:
         """Flush and close every log, write checkpoints and the clean-shutdown marker, unlock.
 
-        The marker is written only when everything before it succeeded.
+        Dir by dir: a dir's marker is written only when everything before it succeeded there;
+        an I/O error fails that dir (no marker, so its next start recovers) and the other dirs
+        still shut down cleanly.
         """
         try:
-            for log in self._logs.values():
-                log.flush()
-                log.close()
-            for directory in self.live_log_dirs:
+            for directory, logs in self.logs_by_dir().items():
+                try:
+                    for log in logs.values():
+                        log.flush()
+                        log.close()
+                except OSError as error:
+                    release(logs.values())
+                    self.fail_dir(directory, error)
+                    continue
                 self.checkpoint_recovery_points(directory)
                 self.checkpoint_log_start_offsets(directory)
-            for directory in self.live_log_dirs:
-                (directory / CLEAN_SHUTDOWN_FILE).touch()
-                fsync_dir(directory)
+                if self.is_live(directory):
+                    try:
+                        (directory / CLEAN_SHUTDOWN_FILE).touch()
+                        fsync_dir(directory)
+                    except OSError as error:
+                        self.fail_dir(directory, error)
         finally:
             self._logs.clear()
             self._dir_of.clear()
@@ -536,25 +520,17 @@ class LogManager:
 
     async def shutdown_async(self) -> None:
         """`shutdown` with the final fsyncs in worker threads first."""
-        for log in list(self._logs.values()):
-            await log.flush_async()
+        for directory, logs in self.logs_by_dir().items():
+            try:
+                for log in logs.values():
+                    await log.flush_async()
+            except OSError as error:
+                self.fail_dir(directory, error)
         await asyncio.to_thread(self.shutdown)
 
     def abandon(self) -> None:
         """Release the dirs without flushing or marking a clean shutdown (tests: a crash)."""
-        for log in self._logs.values():
-            for segment in log.segments:
-                segment.close_handles()
+        release(self._logs.values())
         self._logs.clear()
         self._dir_of.clear()
         self._unlock_all()
-
-
-def _read_or_empty(path: Path) -> dict[TopicPartition, int]:
-    """A checkpoint, or nothing if it does not parse. Every fallback is conservative: recovery
-    from offset 0 (a full scan), log start from the first segment, HW at the log start."""
-    try:
-        return OffsetCheckpointFile(path).read()
-    except CorruptCheckpointError as exc:
-        logger.warning("ignoring unreadable checkpoint: %s", exc)
-        return {}

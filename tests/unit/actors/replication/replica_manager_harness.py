@@ -22,6 +22,7 @@ from actors.replication.replica_manager_messages import (
 from actors.replication.request_path import RequestPath
 from runtime.clock import ManualClock
 from runtime.log.config import LogManagerConfig
+from runtime.log.log import Log
 from runtime.log.manager import LogManager
 from tests.unit.actors.replication.partition_harness import RecordingSink
 from wire.batch_builder import build_batch
@@ -104,6 +105,7 @@ def partition_state(
     tp: TopicPartition = TP,
     controller_epoch: int = 1,
     topic_id: bytes = bytes(range(16)),
+    is_new: bool = False,
 ) -> LeaderAndIsrPartitionState:
     return LeaderAndIsrPartitionState(
         topic_name=tp.topic,
@@ -115,6 +117,7 @@ def partition_state(
         isr=list(isr),
         partition_epoch=partition_epoch,
         replicas=list(replicas),
+        is_new=is_new,
     )
 
 
@@ -202,11 +205,16 @@ def only_fetch_answer(response: object) -> FetchResponsePartition:
 
 
 def fail_writes(broker: Broker, tp: TopicPartition) -> None:
-    """The disk "fails" under the partition's active segment: its descriptor becomes read-only,
-    so the next write raises OSError (EBADF) inside the partition actor, while closing it at
-    teardown still works."""
+    """The disk "fails" under the partition's active segment (`fail_log_writes`)."""
     partition_log = broker.log_manager.get_log(tp)
     assert partition_log is not None
+    fail_log_writes(partition_log)
+
+
+def fail_log_writes(partition_log: Log) -> None:
+    """The disk "fails" under the log's active segment: its descriptor becomes read-only, so the
+    next write raises OSError (EBADF) inside the partition actor, while closing it at teardown
+    still works."""
     segment = partition_log.active_segment
     read_only = os.open(segment.log_path, os.O_RDONLY)
     try:

@@ -73,11 +73,11 @@ async def test_an_io_error_takes_every_partition_of_its_log_dir_offline(tmp_path
         # The other dir serves on.
         assert await produce(broker, TP1) == ErrorCode.NONE
         # The controller's next LeaderAndIsr learns which replicas are offline; a new partition
-        # goes to the live dir.
+        # (is_new: just created) goes to the live dir.
         answer = await broker.leader_and_isr(
             partition_state(BROKER_ID, 2, [BROKER_ID], tp=TP2),
             partition_state(BROKER_ID, 2, [BROKER_ID], tp=TP1),
-            partition_state(BROKER_ID, 1, [BROKER_ID], tp=TP3),
+            partition_state(BROKER_ID, 1, [BROKER_ID], tp=TP3, is_new=True),
         )
         assert errors_of(answer) == [ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.NONE, ErrorCode.NONE]
         assert broker.log_manager.log_dir_of(TP3) == second

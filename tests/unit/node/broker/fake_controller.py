@@ -67,6 +67,7 @@ class FakeController:
     clock: ManualClock
     registrations: list[tuple[int, BrokerRegistrationRequest]] = field(default_factory=list)
     heartbeats: list[tuple[int, int]] = field(default_factory=list)  # (time ms, epoch)
+    heartbeat_requests: list[BrokerHeartbeatRequest] = field(default_factory=list)
     shutdowns: list[tuple[int, int]] = field(default_factory=list)  # (time ms, epoch)
     forwarded: list[tuple[bool, object]] = field(default_factory=list)  # (cluster member, req)
     refuse_registration: ErrorCode | None = None
@@ -117,6 +118,7 @@ class FakeController:
         self, request: BrokerHeartbeatRequest, ctx: RequestContext
     ) -> BrokerHeartbeatResponse:
         self.heartbeats.append((self.clock.monotonic_ms(), request.broker_epoch))
+        self.heartbeat_requests.append(request)
         if request.broker_epoch != self.epoch:
             return BrokerHeartbeatResponse.error_response(ErrorCode.STALE_BROKER_EPOCH)
         return BrokerHeartbeatResponse(is_fenced=False)
