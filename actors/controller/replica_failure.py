@@ -126,9 +126,14 @@ async def replicas_offline(
         if elect(ctx, change, p, result, (broker_id,)):
             elected.append(tp)
     ctx.partition_states.transition(elected, PartitionState.ONLINE)
-    if not change.changed_partitions():
-        return
-    await ctx.journal.commit(change)
     outbox = Outbox()
-    ctx.sender.announce(change, outbox)
-    ctx.sender.flush(outbox)
+    if change.changed_partitions():
+        await ctx.journal.commit(change)
+        ctx.sender.announce(change, outbox)
+    # Every broker's metadata lists the newly offline replicas even when no ISR or leader
+    # changed (a follower already out of the ISR): clients see them in Metadata, and a leader
+    # stops counting such a replica towards its high watermark (Kafka always sends this
+    # UpdateMetadata).
+    outbox.metadata.update(new)
+    if outbox.metadata or outbox.leader_and_isr:
+        ctx.sender.flush(outbox)

@@ -86,6 +86,7 @@ from actors.replication.partition_messages import (
     PartitionState,
     ReadRecords,
     ReadResult,
+    ReplicasIneligible,
     TruncateFullyAndStartAt,
     TruncateTo,
 )
@@ -433,6 +434,12 @@ class PartitionActor(Actor):
             return
         log.info("%s: expanding ISR %s -> %s", self.name, self._isr, new_isr)
         self._propose(new_isr, maximal_isr=new_isr)
+
+    @handles(ReplicasIneligible)
+    def _replicas_ineligible(self, message: ReplicasIneligible) -> None:
+        advanced = self._maybe_increment_high_watermark(self.clock.monotonic_ms())
+        if advanced:
+            self._publish(high_watermark=True)
 
     @handles(MaybeShrinkIsr)
     def _maybe_shrink_isr(self, message: MaybeShrinkIsr) -> bool:

@@ -148,6 +148,14 @@ class MaybeShrinkIsr(Ask[bool]):
 
 
 @dataclass(frozen=True, slots=True)
+class ReplicasIneligible:
+    """Told by the ReplicaManager when an UpdateMetadata made some of this partition's followers
+    ineligible (their broker fenced or shutting down, or their replica offline in a failed log
+    dir). A leader whose HW waited for one of them, caught up outside the ISR, recomputes it now
+    rather than at the next fetch or append, which may never come while writes wait for acks."""
+
+
+@dataclass(frozen=True, slots=True)
 class AlterPartitionCompleted:
     """The sink's answer to `proposal`, delivered through the mailbox."""
 

@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -82,6 +83,7 @@ from actors.replication.partition_messages import (
     LogDirOffline,
     MaybeShrinkIsr,
     PartitionState,
+    ReplicasIneligible,
 )
 from actors.replication.replica_manager_messages import (
     HandleLeaderAndIsr,
@@ -435,10 +437,9 @@ class ReplicaManager(Actor):
             config=self.config.partition_config,
             listener=self._delayed,
             # KIP-841: only brokers the controller lists as alive and not in controlled
-            # shutdown may join the ISR or hold back the HW from outside it.
-            is_replica_eligible=lambda broker_id: self._metadata.snapshot.is_replica_eligible(
-                broker_id
-            ),
+            # shutdown may join the ISR or hold back the HW from outside it; nor may a replica
+            # the controller lists offline (its log dir failed there).
+            is_replica_eligible=functools.partial(self._replica_eligible, tp),
             isr_change_listener=self._isr_change_listener,
             clock=self.clock,
             supervisor=self._partition_failed,
@@ -637,6 +638,35 @@ class ReplicaManager(Actor):
                 return ErrorCode.KAFKA_STORAGE_ERROR
         return ErrorCode.NONE
 
+    def _replica_eligible(self, tp: TopicPartition, broker_id: int) -> bool:
+        snapshot = self._metadata.snapshot
+        if not snapshot.is_replica_eligible(broker_id):
+            return False
+        state = snapshot.partition_state(tp)
+        return state is None or broker_id not in state.offline_replicas
+
+    def _eligibility_lost(self, before: MetadataSnapshot) -> None:
+        """After an UpdateMetadata: tell each partition led here whose followers it made
+        ineligible (`ReplicasIneligible`), so a HW held back by one moves on now."""
+        after = self._metadata.snapshot
+        lost = {b for b in before.brokers if before.is_replica_eligible(b)} - {
+            b for b in after.brokers if after.is_replica_eligible(b)
+        }
+        for tp, actor in self._partitions.items():
+            view = actor.view
+            if view.role is not Role.LEADER:
+                continue
+            followers = set(view.replicas) - {self.broker_id}
+            state, old = after.partition_state(tp), before.partition_state(tp)
+            newly_offline = set() if state is None else set(state.offline_replicas)
+            if old is not None:
+                newly_offline -= set(old.offline_replicas)
+            if followers & (lost | newly_offline):
+                with contextlib.suppress(MailboxFull, MailboxClosed):
+                    # Dropped only when the mailbox is full, which means work is queued there
+                    # anyway: each append or fetch it holds recomputes the HW too.
+                    actor.try_tell(ReplicasIneligible())
+
     # -- UpdateMetadata -----------------------------------------------------------------------
 
     @handles(HandleUpdateMetadata)
@@ -645,6 +675,7 @@ class ReplicaManager(Actor):
         fenced = self._fence(request.controller_epoch, request.broker_epoch)
         if fenced is ErrorCode.STALE_BROKER_EPOCH:
             return UpdateMetadataResponse.error_response(fenced)
+        before = self._metadata.snapshot
         try:
             deleted = self._metadata.update(request)
         except StaleControllerEpochError as error:
@@ -661,6 +692,7 @@ class ReplicaManager(Actor):
             self._on_partitions_deleted(deleted)
         if self._pending_fetchers:
             self._start_fetchers(sorted(self._pending_fetchers, key=tp_order))
+        self._eligibility_lost(before)
         return UpdateMetadataResponse()
 
 

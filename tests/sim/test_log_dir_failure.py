@@ -250,12 +250,6 @@ async def test_a_follower_restarted_with_a_failed_log_dir_keeps_its_replica_offl
 # -- known gaps outside the log dir failure path (strict: each fails until it is fixed) ---------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the controller announces no UpdateMetadata when a replica it takes offline was "
-    "already out of the ISR (replica_failure.replicas_offline returns early on no change), so "
-    "brokers' metadata does not list it in offline_replicas",
-)
 async def test_a_restarted_followers_failed_replica_is_described_offline(run: Run) -> None:
     follower, _ = await restart_a_follower_with_a_failed_dir(run)
     address = run.cluster.leader_address(TP)
@@ -263,12 +257,6 @@ async def test_a_restarted_followers_failed_replica_is_described_offline(run: Ru
     await run.replica_reported_offline(address, follower)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the leader's HW waits for a replica outside the ISR that was caught up within "
-    "replica.lag.time.max.ms and whose broker is eligible (isr.high_watermark_candidate, "
-    "KIP-841); a follower whose dir failed stays so, and holds acks=all for up to that long",
-)
 async def test_acks_all_goes_on_once_a_followers_failed_replica_left_the_isr(run: Run) -> None:
     cluster = run.cluster
     await run.produce_phase(0)
