@@ -9,9 +9,10 @@ Usage::
 log dirs, partition dirs (``<topic>-<partition>``) or segment files (``<20 digits>.log``).
 Levels and schemas are in `offline.schema`: ``batch`` (default), ``record`` and ``index``; and
 ``verify`` (`VERIFY_SCHEMA`, here: it is `ketch verify`'s working table, not a public contract):
-per segment, one lean row per batch and, in the same task that has the segment open, the index
-checks' findings (or, when the task holds only part of the segment or the broker dir is listed
-in option ``raw_index_dirs``, the raw index entries for the driver to judge).
+per segment, one lean row per batch (offsets, leader epoch, size, CRC, reason and the producer
+fields) and, in the same task that has the segment open, the index checks' findings (or, when
+the task holds only part of the segment or the broker dir is listed in option
+``raw_index_dirs``, the raw index entries for the driver to judge).
 
 Partitioning (`plan_slices`): a segment file, or a byte range of a segment larger than the
 target size (option ``max_partition_bytes``, default 128 MB; range starts at batch boundaries
@@ -36,7 +37,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import (
+    BooleanType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 from offline.batch_scan import (
     ScannedBatch,
@@ -55,6 +64,7 @@ from offline.schema import (
     arrow_schema,
 )
 from offline.verify_index_checks import index_readable_rows, segment_index_findings
+from wire.records import CONTROL_BIT
 
 FORMAT: Final = "ketch"
 VERIFY_LEVEL: Final = "verify"  # `ketch verify`'s working table (`VERIFY_SCHEMA`, below)
@@ -329,17 +339,26 @@ VERIFY_SCHEMA: Final = StructType(
         StructField("timestamp", LongType(), True),  # time index entry
         StructField("reason", StringType(), True),  # batch: None when valid; finding: its kind
         StructField("detail", StringType(), True),  # index entry's problem; finding's detail
+        # A batch's producer fields, for the idempotent producers' checks (null in other rows).
+        StructField("producer_id", LongType(), True),
+        StructField("producer_epoch", ShortType(), True),
+        StructField("base_sequence", IntegerType(), True),
+        StructField("is_control", BooleanType(), True),
     ]
 )
 VERIFY_ARROW: Final = arrow_schema(VERIFY_SCHEMA)
 _VERIFY_COLUMNS: Final = len(VERIFY_SCHEMA.fields) - 5  # without the location and the row tag
+_PRODUCER_COLUMNS: Final = 4  # the last four: batch rows only
 
 
 def _verify_batch(
     segment: SegmentFile, columns: Sequence[Sequence[Any]], tag: str
 ) -> pa.RecordBatch:
-    assert len(columns) == _VERIFY_COLUMNS, len(columns)
+    """`columns` after the row tag; rows other than batches may leave out the producer's."""
     rows = len(columns[0])
+    if len(columns) == _VERIFY_COLUMNS - _PRODUCER_COLUMNS:
+        columns = (*columns, *([(None,) * rows] * _PRODUCER_COLUMNS))
+    assert len(columns) == _VERIFY_COLUMNS, len(columns)
     arrays = [
         *_location(segment, rows),
         pa.array([tag] * rows, pa.string()),
@@ -357,15 +376,16 @@ def verify_level_batches(
     scanned = list(scan_segment(segment.path, start, end))
     for at in range(0, len(scanned), CHUNK_ROWS):
         chunk = scanned[at : at + CHUNK_ROWS]
-        (position, size, base, last, epoch, _, _, _, _, _, _, _, _, stored, _, reason) = zip(
-            *chunk, strict=True
-        )  # fmt: skip
+        (position, size, base, last, epoch, _, attrs, _, _, pid, pep, seq, _, stored, _,
+         reason) = zip(*chunk, strict=True)  # fmt: skip
         nones = (None,) * len(chunk)
+        control = [None if a is None else a & CONTROL_BIT != 0 for a in attrs]
         yield _verify_batch(
             segment,
-            (position, base, last, epoch, size, stored, nones, nones, reason, nones),
+            (position, base, last, epoch, size, stored, nones, nones, reason, nones, pid, pep,
+             seq, control),
             "batch",
-        )
+        )  # fmt: skip
     if start != 0:
         return
     entries = read_index_entries(segment.path, segment.segment)

@@ -16,10 +16,16 @@ topics' record-level comparison is a second Spark job, only when there are some.
 * Replicas: the same topic-partition in several log dirs; compared over ``[lo, hi)`` where lo is
   the largest first offset among them (retention may have removed more on one) and hi the
   smallest of their HWs, log ends and limits.
+* Idempotent producers (`offline.verify_producer_checks`), per replica in log order: a batch
+  written twice (same producer id, epoch and sequence range: ``duplicate_sequence``) and a
+  producer epoch going back (``producer_epoch_decreasing``) are findings. A sequence gap within
+  one producer epoch is not: compaction, retention and a producer whose state expired leave
+  them, so they are counted (``stats["sequence_gaps"]``, per replica) with the first few as
+  examples (``stats["sequence_gap_examples"]``) and do not change the exit code.
 
 By role: `offline.verify_layout` reads the small files on the driver; `offline.verify_job` runs
-the scan and judges its table (with `offline.verify_checks` and `offline.verify_index_checks`);
-this module is the command line and the report.
+the scan and judges its table (with `offline.verify_checks`, `offline.verify_index_checks` and
+`offline.verify_producer_checks`); this module is the command line and the report.
 
 Exit codes: 0 clean, 1 findings, 2 usage or runtime errors. The driver owns everything here;
 Spark runs the tasks: no shared mutable state, no locks.
@@ -95,6 +101,8 @@ def _print_summary(report: VerifyReport) -> None:
     )
     if stats["partial_dirs"]:
         console.print(f"[yellow]{stats['partial_note']}: {', '.join(stats['partial_dirs'])}")
+    if stats["sequence_gaps"]:
+        console.print(_gaps_line(stats["sequence_gaps"], stats["sequence_gap_examples"]))
     if report.ok:
         console.print("[green]OK: no problems found")
         return
@@ -111,6 +119,19 @@ def _print_summary(report: VerifyReport) -> None:
             f.detail,
         )
     console.print(table)
+
+
+def _gaps_line(count: int, examples: list[dict[str, Any]]) -> str:
+    shown = "; ".join(
+        f"{Path(g['broker_dir']).name} {g['topic']}-{g['partition']} producer "
+        f"{g['producer_id']} epoch {g['producer_epoch']}: sequence {g['base_sequence']} at "
+        f"offset {g['offset']}, expected {g['expected_sequence']}"
+        for g in examples
+    )
+    return (
+        f"{count} idempotent producer sequence gap(s), not problems (compaction, retention or "
+        f"expired producer state leave them); first: {shown}"
+    )
 
 
 def main(argv: list[str]) -> int:

@@ -23,7 +23,8 @@ Checks (finding kinds):
   differs from the file name's, or for a compacted topic lies below it);
 * against leader-epoch-checkpoint: ``epoch_checkpoint_mismatch`` (a batch's epoch is not the
   one the checkpoint gives for its base offset), one finding per replica with the range;
-* indexes: in `offline.verify_index_checks`, which runs inside the scan task.
+* indexes: in `offline.verify_index_checks`, which runs inside the scan task;
+* idempotent producers' sequences: in `offline.verify_producer_checks`.
 
 Fast path: a replica is first tested as columns (`plainly_clean`: whole-list operations in C);
 only a replica that might have something to report, or whose partition's replicas differ
@@ -72,6 +73,12 @@ class BatchRow(NamedTuple):
     size_bytes: int
     stored_crc: int | None
     reason: str | None  # None when valid; else starts with the kind token
+    # For `offline.verify_producer_checks`; the defaults (a batch without a producer) keep
+    # rows made by hand short.
+    producer_id: int | None = -1
+    producer_epoch: int | None = -1
+    base_sequence: int | None = -1
+    is_control: bool | None = False
 
 
 class Checked(NamedTuple):
@@ -387,7 +394,8 @@ def divergent_keys(records: Any, bounds: Any, max_rows: int) -> Any:
 # -- the fast path: a replica whose columns show nothing to report ----------------------------
 
 # A replica's batches as columns in file order, in `BatchRow` field order: segment, position,
-# base_offset, last_offset, leader_epoch, size_bytes, stored_crc, reason.
+# base_offset, last_offset, leader_epoch, size_bytes, stored_crc, reason, producer_id,
+# producer_epoch, base_sequence, is_control.
 Columns = tuple[list[Any], ...]
 _SEGMENT, _POSITION, _BASE, _LAST, _EPOCH, _SIZE, _CRC, _REASON = range(8)
 _new_row: Final = functools.partial(tuple.__new__, BatchRow)

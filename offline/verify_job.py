@@ -5,11 +5,13 @@ parallel tasks and returns a small table (one lean row per batch, plus the index
 findings, which each task makes while it has the segment open). The driver collects that table
 once, as Arrow (`split_scan` cuts it per replica), and `judge` runs the checks of
 `offline.verify_checks` over it per replica (ordering, gaps, epochs, summaries, HW beyond the
-log end, replica divergence ranges over each partition's ``[lo, hi)``, see `_bounds`): judged
-as DataFrame window functions and joins, the same checks cost several Spark jobs, ten times the
-scan. Compacted topics' record-level comparison is a second Spark job, only when there are
-some. `run_verify` is the whole job; the command line and the report's rendering are
-`offline.verify`, the driver's reading of the data dirs `offline.verify_layout`.
+log end, replica divergence ranges over each partition's ``[lo, hi)``, see `_bounds`) and of
+`offline.verify_producer_checks` (idempotent producers' duplicates and epochs; their sequence
+gaps are counted in the stats, not findings): judged as DataFrame window functions and joins,
+the same checks cost several Spark jobs, ten times the scan. Compacted topics' record-level
+comparison is a second Spark job, only when there are some. `run_verify` is the whole job; the
+command line and the report's rendering are `offline.verify`, the driver's reading of the data
+dirs `offline.verify_layout`.
 
 The driver owns everything here; Spark runs the tasks: no shared mutable state, no locks.
 """
@@ -21,7 +23,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -37,14 +39,17 @@ from pyspark.sql.types import (
 )
 
 from offline import verify_checks as checks
+from offline import verify_producer_checks as producer_checks
 from offline.datasource import FORMAT, VERIFY_LEVEL
 from offline.verify_checks import BatchRow, Checked, Finding, ReplicaSummary
 from offline.verify_index_checks import IndexRow, index_readable_rows, segment_index_findings
 from offline.verify_layout import Layout, Replica, read_layout
+from offline.verify_producer_checks import SequenceGap
 from wire.topic import TopicPartition
 
 SCAN_TASK_MAX_BYTES: Final = 1 << 40  # no cap: the bytes are spread over one task per core
 MAX_DIVERGENT_ROWS: Final = 10_000  # per comparison; a report past that says "truncated"
+MAX_GAP_EXAMPLES: Final = 5  # sequence gaps are counted; the report shows the first few
 _REPLICA_COLUMNS: Final = ("broker_dir", "topic", "partition")
 _BATCH_ORDER: Final = (*_REPLICA_COLUMNS, "segment", "position")
 _NO_BATCHES: Final[checks.Columns] = tuple([] for _ in BatchRow._fields)
@@ -245,7 +250,7 @@ def run_verify(
     judged = judge(layout, _scan(spark, layout))
     findings = [*judged.findings, *_record_replica_findings(spark, layout, judged.bounds)]
     findings.sort(key=_finding_order)
-    stats = _stats(layout, judged.summary, findings, time.monotonic() - started)
+    stats = _stats(layout, judged, findings, time.monotonic() - started)
     return VerifyReport(not findings, findings, stats)
 
 
@@ -254,6 +259,7 @@ class Judged:
     findings: list[Finding]
     summary: Summary
     bounds: list[tuple[str, int, int, int, int]]  # per replicated partition, see `_bounds`
+    sequence_gaps: list[SequenceGap]  # not findings: `offline.verify_producer_checks` says why
 
 
 def judge(layout: Layout, table: pa.Table) -> Judged:
@@ -261,15 +267,17 @@ def judge(layout: Layout, table: pa.Table) -> Judged:
     table (`_scan`): pure, on the driver."""
     scanned = split_scan(table)
     checked, summary, found = _judge_replicas(layout, scanned)
+    producer_found, gaps = _producer_checks(layout, scanned, checked)
     bounds = _bounds(layout, summary)
     findings = [
         *layout.findings,
         *scanned.findings,
         *found,
+        *producer_found,
         *_hw_findings(layout, summary),
         *_batch_replica_findings(layout, scanned, checked, bounds),
     ]
-    return Judged(findings, summary, bounds)
+    return Judged(findings, summary, bounds, gaps)
 
 
 def _scan(spark: SparkSession, layout: Layout) -> pa.Table:
@@ -330,6 +338,32 @@ def _replica_checks(
         *checks.segment_base_findings(key, checked, replica.compacted),
         *checks.epoch_checkpoint_findings(key, checked, epochs),
     ]
+
+
+def _producer_checks(
+    layout: Layout, scanned: Scanned, checked: dict[ReplicaKey, list[Checked]]
+) -> tuple[list[Finding], list[SequenceGap]]:
+    """Idempotent producers' batches per replica, over the batches the other checks judged: a
+    `plainly_clean` replica's columns become rows only when its producers' sequences are not
+    plainly in order (`plainly_in_sequence`)."""
+    found: list[Finding] = []
+    gaps: list[SequenceGap] = []
+    for replica in layout.replicas:
+        key = (replica.broker_dir, replica.tp.topic, replica.tp.partition)
+        mine = checked.get(key)
+        if mine is not None:
+            batches = [c.batch for c in mine]
+        else:
+            columns = scanned.batches.get(key, _NO_BATCHES)
+            if not producer_checks.has_producer_batches(columns) or (
+                producer_checks.plainly_in_sequence(columns)
+            ):
+                continue
+            batches = checks.rows_of(columns)
+        replica_found, replica_gaps = producer_checks.producer_findings(key, batches)
+        found.extend(replica_found)
+        gaps.extend(replica_gaps)
+    return found, gaps
 
 
 def _raw_index_checks(
@@ -438,10 +472,11 @@ def _finding_order(f: Finding) -> tuple[Any, ...]:
 
 def _stats(
     layout: Layout,
-    summary: Summary,
+    judged: Judged,
     findings: Sequence[Finding],
     elapsed_s: float,
 ) -> dict[str, Any]:
+    summary = judged.summary
     return {
         "broker_dirs": len(layout.broker_dirs),
         "partitions": len({r.tp for r in layout.replicas}),
@@ -456,5 +491,8 @@ def _stats(
             else None
         ),
         "findings_by_kind": dict(sorted(Counter(f.kind for f in findings).items())),
+        # Not findings (`offline.verify_producer_checks` says why): counted per replica.
+        "sequence_gaps": len(judged.sequence_gaps),
+        "sequence_gap_examples": [asdict(g) for g in judged.sequence_gaps[:MAX_GAP_EXAMPLES]],
         "elapsed_s": round(elapsed_s, 3),
     }

@@ -39,7 +39,12 @@ class BrokerDir:
     end_ms: int  # wall time of the last append
 
 
-def _producer_batch(rng: random.Random, ts: int, keys: int, *, keyless: bool = False) -> bytes:
+def _producer_batch(
+    rng: random.Random, ts: int, keys: int, sequence: int | None, *, keyless: bool = False
+) -> tuple[bytes, int | None]:
+    """A batch, idempotent or not, and the idempotent producer's next sequence. `sequence` is
+    that producer's next one in this partition; None before its first batch, which starts at a
+    random sequence (the leader accepts any from a producer it has no state for)."""
     count = rng.randint(1, 6)
     records: list[tuple[bytes | None, bytes | None]] = []
     for _ in range(count):
@@ -48,14 +53,18 @@ def _producer_batch(rng: random.Random, ts: int, keys: int, *, keyless: bool = F
         records.append((key, value))
     compression = rng.choice([CompressionType.NONE, CompressionType.NONE, CompressionType.GZIP])
     idempotent = rng.random() < 0.5
-    return build_batch(
+    if idempotent:
+        start = rng.randrange(1000)  # drawn for every idempotent batch: seeds keep their data
+        sequence = start if sequence is None else sequence
+    data = build_batch(
         records,
         timestamps=[ts + i for i in range(count)],
         compression=compression,
         producer_id=7 if idempotent else -1,
         producer_epoch=2 if idempotent else -1,
-        base_sequence=rng.randrange(1000) if idempotent else -1,
+        base_sequence=sequence if idempotent and sequence is not None else -1,
     )
+    return data, sequence + count if idempotent and sequence is not None else sequence
 
 
 def build_broker_dir(
@@ -82,12 +91,12 @@ def build_broker_dir(
     hws: dict[int, int] = {}
     for p in range(partitions):
         log = manager.get_or_create_log(TopicPartition(TOPIC, p))
+        sequence: int | None = None
         for i in range(batches):
             clock.advance(1)
             ts = clock.wall_ms()
-            log.append_as_leader(
-                _producer_batch(rng, ts, keys, keyless=i == keyless_at), 1 + i // 30
-            )
+            data, sequence = _producer_batch(rng, ts, keys, sequence, keyless=i == keyless_at)
+            log.append_as_leader(data, 1 + i // 30)
         hws[p] = int(log.log_end_offset * hw_fraction)
     manager.write_high_watermarks({TopicPartition(TOPIC, p): hw for p, hw in hws.items()})
     manager.shutdown()

@@ -1,16 +1,20 @@
 """One problem injected into each replica of a copy of the built cluster
-(tests/unit/offline/helpers.py), with the findings `ketch verify` must report for them: kind,
-log dir, partition and offsets. Shared by the Spark test (tests/spark/test_verify.py), which
-runs the whole job, and the driver-side checks without Spark (test_verify_checks.py). It
-edits files under the given root only: no state of its own."""
+(tests/unit/offline/helpers.py), plus a partition written with an idempotent producer's batch
+appended twice, with the findings `ketch verify` must report for them: kind, log dir, partition
+and offsets. Shared by the Spark test (tests/spark/test_verify.py), which runs the whole job,
+and the driver-side checks without Spark (test_verify_checks.py). It edits files under the
+given root only: no state of its own."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from runtime.clock import ManualClock
 from runtime.log.checkpoints import RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile
+from runtime.log.log import Log
 from runtime.log.manager import CLEAN_SHUTDOWN_FILE
 from tests.unit.offline.helpers import (
+    CONFIG,
     EVENTS,
     TABLE,
     BuiltCluster,
@@ -22,10 +26,12 @@ from tests.unit.offline.helpers import (
     truncate_tail,
     with_changed_value,
 )
+from wire.batch_builder import build_batch
 from wire.record_reader import iter_records
 from wire.topic import TopicPartition
 
 Expected = set[tuple[str, str | None, str, int, tuple[int, int] | None]]
+PRODUCERS = "producers"  # the partition with the duplicated idempotent batch (broker-0 only)
 
 
 def _in_partition(root: Path, broker: int, topic: str, partition: int) -> Path:
@@ -128,4 +134,27 @@ def corrupt(cluster: BuiltCluster, root: Path) -> Expected:
     target = next(r for r in iter_records(batch) if r.key in latest and latest[r.key] == r.offset)
     replace_batch(log, position, with_changed_value(batch, target.offset))
     expected.add(("replica_record_divergence", None, TABLE, 0, (target.offset, target.offset)))
+
+    # an idempotent producer's batch written twice (producers-0, only on broker-0)
+    expected.add(("duplicate_sequence", b0, PRODUCERS, 0, _write_duplicate(root / b0)))
     return expected
+
+
+def _write_duplicate(broker_dir: Path) -> tuple[int, int]:
+    """A log whose third batch repeats the first's producer id, epoch and sequences at later
+    offsets (a follower appends whatever it is given); returns the repeat's offsets. The batch
+    after it continues the original's sequences: no gap, one finding."""
+
+    def batch(base_offset: int, base_sequence: int) -> bytes:
+        records = [(b"k%d" % i, b"v%d" % (base_sequence + i)) for i in range(3)]
+        return build_batch(
+            records, base_offset=base_offset, partition_leader_epoch=1, base_timestamp=1_000,
+            producer_id=7, producer_epoch=2, base_sequence=base_sequence,
+        )  # fmt: skip
+
+    log = Log.open(broker_dir / f"{PRODUCERS}-0", CONFIG, ManualClock())
+    try:
+        log.append_as_follower(batch(0, 0) + batch(3, 3) + batch(6, 0) + batch(9, 6))
+    finally:
+        log.close()
+    return (6, 8)

@@ -8,7 +8,9 @@ every topic (replication factor = broker count), HW checkpoints, and the clean-s
   (leader epoch 1 for the first half, then 3); the followers copy the leader's bytes with
   `Log.append_as_follower`, several batches per append, as a replica fetcher does. Batches come
   from `wire.batch_builder.build_batch` with every codec in turn and from kafka-python's independent
-  encoder (uncompressed and gzip). The HW is two batches short of the log end.
+  encoder (uncompressed and gzip). The HW is two batches short of the log end. Our batches are
+  an idempotent producer's (`EVENT_PRODUCER_ID`; epoch 0, then 1 from the second half, each
+  partition's sequences contiguous from 0 in each epoch), kafka-python's have no producer.
 * ``table`` (partition 0, cleanup.policy=compact): keyed batches whose offsets have gaps, as a
   compacted log does; broker-2 holds a further-compacted copy (fewer records, the same latest
   record per key).
@@ -46,6 +48,7 @@ TABLE = "table"
 QUIET = "quiet"
 EVENT_PARTITIONS = 3
 EVENT_BATCHES = 24
+EVENT_PRODUCER_ID = 4_000
 CONFIG = LogConfig(segment_bytes=12_000, index_interval_bytes=1_500)
 _CODECS = (
     CompressionType.NONE,
@@ -80,8 +83,19 @@ def kafka_python_batch(
     return bytes(builder.build()), count
 
 
-def event_batch(rng: random.Random, index: int, partition: int) -> tuple[bytes, int]:
-    """The index-th producer batch of a partition: kafka-python's every fifth, else ours."""
+@dataclass
+class EventProducer:
+    """One partition's sequences of the idempotent producer that writes events."""
+
+    epoch: int = 0
+    next_sequence: int = 0
+
+
+def event_batch(
+    rng: random.Random, index: int, partition: int, producer: EventProducer
+) -> tuple[bytes, int]:
+    """The index-th producer batch of a partition: kafka-python's every fifth (no producer id),
+    else ours (the idempotent producer's next sequences)."""
     ts = WALL_MS + index * 10
     count = 3 + rng.randrange(5)
     if index % 5 == 4:
@@ -92,7 +106,13 @@ def event_batch(rng: random.Random, index: int, partition: int) -> tuple[bytes, 
     ]
     headers = [[("trace", b"%d" % index)] for _ in range(count)]
     codec = _CODECS[(index + index // 5) % len(_CODECS)]
-    return build_batch(records, base_timestamp=ts, compression=codec, headers=headers), count
+    sequence = producer.next_sequence
+    producer.next_sequence += count
+    data = build_batch(
+        records, base_timestamp=ts, compression=codec, headers=headers,
+        producer_id=EVENT_PRODUCER_ID, producer_epoch=producer.epoch, base_sequence=sequence,
+    )  # fmt: skip
+    return data, count
 
 
 def segment_bytes_of(log: Log) -> bytes:
@@ -159,8 +179,11 @@ def build_cluster(root: Path, *, brokers: int = 3, seed: int = 0) -> BuiltCluste
         tp = TopicPartition(EVENTS, partition)
         logs = [m.get_or_create_log(tp, topic_id="events-id") for m in managers]
         bounds = []
+        producer = EventProducer()
         for index in range(EVENT_BATCHES):
-            data, count = event_batch(rng, index, partition)
+            if index == EVENT_BATCHES // 2:  # a new producer epoch starts its sequences at 0
+                producer = EventProducer(epoch=1)
+            data, count = event_batch(rng, index, partition, producer)
             epoch = 1 if index < EVENT_BATCHES // 2 else 3
             info = logs[0].append_as_leader(data, leader_epoch=epoch)
             bounds.append((info.first_offset, info.last_offset, epoch))

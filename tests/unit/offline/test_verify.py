@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from offline.verify import main, report_json
+from offline.verify import _print_summary, main, report_json
 from offline.verify_checks import Finding
 from offline.verify_job import VerifyReport, _merge_ranges
 
@@ -59,3 +59,22 @@ def test_report_json_has_the_design_shape() -> None:
         ],
         "stats": {"batches": 3},
     }
+
+
+def test_sequence_gaps_are_summarised_apart_from_problems(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    gap = {
+        "broker_dir": "/d/broker-1", "topic": "t", "partition": 2, "producer_id": 7,
+        "producer_epoch": 0, "expected_sequence": 3, "base_sequence": 10, "offset": 40,
+        "previous_offset": 30,
+    }  # fmt: skip
+    stats = {
+        "broker_dirs": 1, "partitions": 1, "replicas": 1, "batches": 9, "bytes": 900,
+        "elapsed_s": 0.1, "partial_dirs": [], "sequence_gaps": 4, "sequence_gap_examples": [gap],
+    }  # fmt: skip
+    _print_summary(VerifyReport(True, [], stats))
+    printed = " ".join(capsys.readouterr().out.split())  # the console wraps long lines
+    assert "4 idempotent producer sequence gap(s), not problems" in printed
+    assert "broker-1 t-2 producer 7 epoch 0: sequence 10 at offset 40, expected 3" in printed
+    assert "OK: no problems found" in printed

@@ -36,7 +36,7 @@ from offline.verify_index_checks import IndexRow, segment_index_findings
 from offline.verify_job import judge
 from offline.verify_layout import Layout, read_layout
 from tests.unit.offline.corruptions import corrupt
-from tests.unit.offline.helpers import BuiltCluster, build_cluster
+from tests.unit.offline.helpers import EVENT_PRODUCER_ID, EVENTS, BuiltCluster, build_cluster
 
 KEY = ("/d/broker-0", "t", 0)
 
@@ -69,10 +69,12 @@ def test_clean_copy_has_no_findings(
     root = tmp_path / "data"
     shutil.copytree(cluster.root, root)
     layout = read_layout([str(root)])
-    judged = judge(
-        layout, _table(layout, max_bytes, raw_everywhere=raw_everywhere, reverse=reverse)
-    )
+    table = _table(layout, max_bytes, raw_everywhere=raw_everywhere, reverse=reverse)
+    judged = judge(layout, table)
     assert judged.findings == []
+    # the events are an idempotent producer's, over two producer epochs: no gap either
+    assert EVENT_PRODUCER_ID in table.column("producer_id").to_pylist()
+    assert judged.sequence_gaps == []
     assert (
         sum(s.batches for s in judged.summary.values())
         == 3 * sum(len(b) for b in cluster.batches.values()) + 3 * 10
@@ -105,6 +107,11 @@ def test_every_injected_problem_is_found_by_the_driver(
     details = "\n".join(f"{f.kind} {f.broker_dir} {f.detail}" for f in judged.findings)
     assert found == expected, details
     assert len(judged.findings) == len(expected), details
+    # Producer sequence gaps are no findings, but a batch lost to damage leaves one: the
+    # CRC-damaged batch of events-0 on broker-1. The segment removed from events-2 on broker-2
+    # held the first batches of producer epoch 1, and a new epoch may start at any sequence.
+    gapped = {(Path(g.broker_dir).name, g.topic, g.partition) for g in judged.sequence_gaps}
+    assert gapped == {("broker-1", EVENTS, 0)}
 
 
 def _batch(
