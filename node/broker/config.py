@@ -279,6 +279,10 @@ def property_defaults() -> dict[str, bool | int | float | str]:
         "log.flush.start.offset.checkpoint.interval.ms": (
             log_manager.flush_start_offset_checkpoint_interval_ms
         ),
+        "producer.id.expiration.ms": log_manager.producer_id_expiration_ms,
+        "producer.id.expiration.check.interval.ms": (
+            log_manager.producer_id_expiration_check_interval_ms
+        ),
         "replica.lag.time.max.ms": replication.replica_lag_time_max_ms,
         "replica.high.watermark.checkpoint.interval.ms": (
             replication.high_watermark_checkpoint_interval_ms

@@ -10,7 +10,10 @@ Every task runs on the injected clock until cancelled (the broker node owns the 
   segments rolled since the last flush, then ``recovery-point-offset-checkpoint``;
 * log start offset checkpoint, every ``log.flush.start.offset.checkpoint.interval.ms``;
 * deletion, every second: retired segments and deleted partition directories whose
-  ``file.delete.delay.ms`` has passed.
+  ``file.delete.delay.ms`` has passed;
+* producer expiry, every ``producer.id.expiration.check.interval.ms``: each log forgets the
+  idempotent producers that wrote nothing for ``producer.id.expiration.ms`` (by the batches'
+  timestamps against the wall clock, as Kafka does) and have no transaction open.
 
 Fsyncs, unlinks and recursive deletes run in worker threads.
 
@@ -92,6 +95,11 @@ class LogBackgroundWork:
                 log_start_checkpoint,
             )
             group.start_soon(self._every, DELETER_INTERVAL_MS, self.delete_retired_files)
+            group.start_soon(
+                self._every,
+                config.producer_id_expiration_check_interval_ms,
+                self.expire_producers,
+            )
 
     async def _every(self, interval_ms: int, action: Callable[[], Awaitable[object]]) -> None:
         if interval_ms >= LONG_MAX:
@@ -145,6 +153,17 @@ class LogBackgroundWork:
             self._host.checkpoint_recovery_points(directory)
 
         await self._each_dir(step)
+
+    async def expire_producers(self) -> int:
+        """Forget idle producers in every log (memory only: no I/O, so no dir can fail here);
+        returns how many."""
+        now_ms = self._clock.wall_ms()
+        expiration_ms = self._host.config.producer_id_expiration_ms
+        return sum(
+            log.producer_state.remove_expired(now_ms, expiration_ms)
+            for logs in self._host.logs_by_dir().values()
+            for log in logs.values()
+        )
 
     async def delete_retired_files(self) -> None:
         """Remove segments and directories whose deletion delay has passed (worker threads)."""

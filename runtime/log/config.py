@@ -195,6 +195,13 @@ class LogManagerConfig:
     flush_start_offset_checkpoint_interval_ms: int = field(
         default=60_000, metadata=property_metadata("log.flush.start.offset.checkpoint.interval.ms")
     )
+    # Idempotent producers' state is forgotten after this long without a write (KIP-360).
+    producer_id_expiration_ms: int = field(
+        default=86_400_000, metadata=property_metadata("producer.id.expiration.ms")
+    )
+    producer_id_expiration_check_interval_ms: int = field(
+        default=600_000, metadata=property_metadata("producer.id.expiration.check.interval.ms")
+    )
     default: LogConfig = field(default_factory=LogConfig)
 
     @classmethod

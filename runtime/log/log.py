@@ -91,7 +91,6 @@ from wire.records import (
 )
 
 Records = bytes | bytearray | memoryview
-DEFAULT_PRODUCER_ID_EXPIRATION_MS: Final = 86_400_000  # Kafka's producer.id.expiration.ms
 # LogAppendInfo is a NamedTuple; tuple.__new__ skips its generated Python-level __new__ (the
 # same object, built in a third of the time: one is built per produce request).
 _new_info: Final = tuple.__new__
@@ -147,7 +146,6 @@ class Log:
         high_watermark: int | None = None,
         had_clean_shutdown: bool = False,
         rng: random.Random | None = None,
-        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ) -> Log:
         """Load (and after an unclean shutdown, recover) the log in `directory`. Blocking."""
         # Roll jitter is the only randomness here; a fixed seed keeps runs reproducible.
@@ -177,9 +175,7 @@ class Log:
             epoch_cache=epoch_cache,
             recovery_report=loaded.report,
             rng=rng,
-            producer_state=ProducerStateManager(
-                directory, producer_id_expiration_ms=producer_id_expiration_ms
-            ),
+            producer_state=ProducerStateManager(directory),
         )
         log._reload_producer_state()
         if high_watermark is not None:

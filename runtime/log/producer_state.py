@@ -147,9 +147,8 @@ class CompletedTxn:
 
 
 class ProducerStateManager:
-    def __init__(self, directory: Path, *, producer_id_expiration_ms: int = 86_400_000) -> None:
+    def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.producer_id_expiration_ms = producer_id_expiration_ms
         self._producers: dict[int, ProducerStateEntry] = {}
         self._ongoing_txns: dict[int, int] = {}  # first offset -> producer id
         self._map_end_offset = 0
@@ -332,14 +331,14 @@ class ProducerStateManager:
         self.update_map_end_offset(header.next_offset)
         return completed
 
-    def remove_expired(self, now_ms: int) -> int:
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
         """Forget producers idle for producer.id.expiration.ms (Kafka's test: now - last
         timestamp >= the expiration) unless a transaction of theirs is ongoing."""
         expired = [
             producer_id
             for producer_id, entry in self._producers.items()
             if entry.current_txn_first_offset is None
-            and now_ms - entry.last_timestamp >= self.producer_id_expiration_ms
+            and now_ms - entry.last_timestamp >= expiration_ms
         ]
         for producer_id in expired:
             del self._producers[producer_id]

@@ -10,6 +10,7 @@ from runtime.log.config import LogConfig, LogManagerConfig
 from runtime.log.errors import InconsistentTopicIdError, LogDirError, LogDirLockedError
 from runtime.log.manager import CLEAN_SHUTDOWN_FILE, LogManager
 from runtime.log.partition_dir import is_delete_dir
+from wire.batch_builder import build_batch
 from wire.topic import TopicPartition
 
 from .helpers import WALL_MS, batch
@@ -253,3 +254,40 @@ def test_unreadable_checkpoint_falls_back_to_a_full_recovery(
     assert recovered is not None
     assert recovered.log_end_offset == 20
     reopened.shutdown()
+
+
+async def test_idle_producers_expire_on_the_clock(tmp_path: Path, clock: ManualClock) -> None:
+    """producer.id.expiration.ms after its last write, checked every
+    producer.id.expiration.check.interval.ms, an idempotent producer's state is forgotten: its
+    next batch may start at any sequence (KIP-360), and a busy producer's is kept."""
+    manager = manager_for(
+        [tmp_path / "d"],
+        clock,
+        producer_id_expiration_ms=60_000,
+        producer_id_expiration_check_interval_ms=10_000,
+    )
+    manager.open()
+    log = manager.get_or_create_log(TP0)
+
+    def write(producer_id: int, sequence: int) -> None:
+        records = build_batch(
+            [(b"k", b"v")],
+            base_timestamp=clock.wall_ms(),
+            producer_id=producer_id,
+            producer_epoch=0,
+            base_sequence=sequence,
+        )
+        log.append_as_leader(records, 0)
+
+    write(1, 0)
+    write(2, 0)
+    task = await started(manager, clock, alarms=5)
+    await advance_until(clock, lambda: clock.wall_ms() >= WALL_MS + 50_000, 10_000, "50 s")
+    write(2, 1)  # producer 2 stays busy
+    await advance_until(
+        clock, lambda: log.producer_state.last_entry(1) is None, 10_000, "producer 1 expired"
+    )
+    assert log.producer_state.last_entry(2) is not None
+    write(1, 500)  # no state left: any sequence is accepted
+    await stop(task)
+    manager.shutdown()

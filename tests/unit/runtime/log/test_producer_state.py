@@ -363,14 +363,14 @@ def test_update_from_control_batch_rejects_an_unknown_type(psm: ProducerStateMan
 
 
 def test_remove_expired_keeps_recent_producers_and_ongoing_transactions(tmp_path: Path) -> None:
-    psm = ProducerStateManager(tmp_path, producer_id_expiration_ms=1000)
+    psm = ProducerStateManager(tmp_path)
     append(psm, 0, pid=1, ts=TS)  # idle exactly the expiration at TS + 1000: expired
     append(psm, 0, pid=2, ts=TS + 1)  # idle 999 ms: kept
     append(psm, 0, pid=3, ts=TS - 5000, txn=True)  # old but in a transaction: kept
-    assert psm.remove_expired(TS + 1000) == 1
+    assert psm.remove_expired(TS + 1000, 1000) == 1
     assert sorted(psm.active_producers) == [2, 3]
     assert check(psm, 42, pid=1) is ACCEPTED  # forgotten: any sequence again
-    assert psm.remove_expired(TS + 1001) == 1
+    assert psm.remove_expired(TS + 1001, 1000) == 1
     assert sorted(psm.active_producers) == [3]
 
 
@@ -580,6 +580,9 @@ def random_request(
     return epoch, first, count
 
 
+EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms default
+
+
 @pytest.mark.parametrize("seed", range(25))
 def test_check_agrees_with_reference_model(tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
@@ -589,7 +592,7 @@ def test_check_agrees_with_reference_model(tmp_path: Path, seed: int) -> None:
         where = f"seed={seed} step={step}"
         roll = rng.random()
         if roll < 0.01:  # every producer idle past producer.id.expiration.ms
-            psm.remove_expired(TS + psm.producer_id_expiration_ms)
+            psm.remove_expired(TS + EXPIRATION_MS, EXPIRATION_MS)
             model.clear()
             continue
         if roll < 0.04:  # snapshot + reload: only the last batch stays visible
