@@ -120,8 +120,8 @@ async def test_a_failed_background_checkpoint_answers_storage_errors_to_the_cont
     alarms = broker.clock.pending_alarms
     background = asyncio.get_running_loop().create_task(broker.log_manager.run())
     try:
-        # Its four periodic tasks sleep on the clock before it moves.
-        await settle(lambda: broker.clock.pending_alarms == alarms + 4)
+        # Its five periodic tasks sleep on the clock before it moves.
+        await settle(lambda: broker.clock.pending_alarms == alarms + 5)
         await advance(broker.clock, RECOVERY_CHECKPOINT_MS)
         await settle(lambda: role(broker, TP2) is Role.OFFLINE)
         assert role(broker, TP0) is Role.OFFLINE
