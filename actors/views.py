@@ -62,6 +62,9 @@ class PartitionView:
     # with the one it appended under: a broker deposed and re-elected meanwhile may have
     # truncated the batch (actors/replication/delayed_produce.py).
     leadership: int = NO_LEADERSHIP
+    # The last stable offset (Kafka's LSO): where a read_committed consumer's reads stop; the
+    # high watermark's offset when no transaction is open.
+    last_stable_offset: int = -1
 
     @property
     def is_leader(self) -> bool:

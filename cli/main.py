@@ -48,7 +48,10 @@ def _cmd_dump_log(args: argparse.Namespace) -> int:
 def _add_dump_log(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dump = commands.add_parser(
         "dump-log",
-        help="print and check segment files (.log, .index, .timeindex, .snapshot, or a dir)",
+        help=(
+            "print and check segment files (.log, .index, .timeindex, .txnindex, .snapshot, "
+            "or a dir)"
+        ),
     )
     dump.add_argument("paths", nargs="+", metavar="PATH")
     dump.add_argument("--deep", action="store_true", help="print every record")

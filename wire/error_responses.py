@@ -46,6 +46,11 @@ from wire.messages import (
     Request,
     Response,
     TopicProduceResponse,
+    WritableTxnMarkerPartitionResult,
+    WritableTxnMarkerResult,
+    WritableTxnMarkerTopicResult,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
 )
 
 
@@ -59,6 +64,27 @@ def error_response(request: Request, code: ErrorCode, message: str | None = None
     if message is not None and "error_message" in _field_names(type(response)):
         response = dataclasses.replace(response, error_message=message)  # type: ignore[call-arg]
     return response
+
+
+def _write_txn_markers(request: Any, code: ErrorCode, message: str | None) -> Response:
+    return WriteTxnMarkersResponse(
+        markers=[
+            WritableTxnMarkerResult(
+                producer_id=marker.producer_id,
+                topics=[
+                    WritableTxnMarkerTopicResult(
+                        name=topic.name,
+                        partitions=[
+                            WritableTxnMarkerPartitionResult(partition_index=p, error_code=code)
+                            for p in topic.partition_indexes
+                        ],
+                    )
+                    for topic in marker.topics
+                ],
+            )
+            for marker in request.markers
+        ]
+    )
 
 
 def _field_names(cls: type[Response]) -> frozenset[str]:
@@ -170,4 +196,5 @@ _BUILDERS: Final[dict[type[Request], Callable[[Any, ErrorCode, str | None], Resp
     CreateTopicsRequest: _create_topics,
     DeleteTopicsRequest: _delete_topics,
     DescribeConfigsRequest: _describe_configs,
+    WriteTxnMarkersRequest: _write_txn_markers,
 }

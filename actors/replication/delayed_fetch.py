@@ -65,6 +65,7 @@ class FetchParams:
     max_wait_ms: int
     min_bytes: int
     max_bytes: int
+    isolation_level: int = 0  # 1: read_committed, up to the last stable offset
 
     @property
     def is_from_follower(self) -> bool:
@@ -89,6 +90,7 @@ class FetchPartitionStatus:
     partition_max_bytes: int
     read_leader_epoch: int
     current_leader_epoch: int = -1
+    read_committed: bool = False
 
 
 class FetchWakeReason(enum.Enum):
@@ -116,7 +118,13 @@ def partition_progress(
     # new leader's high watermark can briefly lag the offsets consumers saw from the old one.)
     if fetch.message_offset > view.log_end_offset.message_offset:
         return FetchWakeReason.TRUNCATED
-    end = view.log_end_offset if from_follower else view.high_watermark
+    if from_follower:
+        end = view.log_end_offset
+    elif status.read_committed and view.last_stable_offset < view.high_watermark.message_offset:
+        # An open transaction holds the readable end below the HW; its position is not known.
+        end = LogOffsetMetadata(view.last_stable_offset)
+    else:
+        end = view.high_watermark
     if end.message_offset == fetch.message_offset:
         return 0
     if end.message_offset_only or fetch.message_offset_only:

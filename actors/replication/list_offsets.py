@@ -1,12 +1,12 @@
 """A partition's answer to ListOffsets for one timestamp (Kafka's
 `Partition.fetchOffsetForTimestamp`).
 
-A consumer (replica id < 0) is answered from the committed records only (below the high
-watermark); a replica from the whole log. LATEST is the end of what the asker may read, EARLIEST
-the log start, any other timestamp the first record at or after it, with the leader epoch that
-wrote that record. A new leader whose high watermark has not yet reached the start of its own
-epoch does not know what is committed, so a consumer gets OFFSET_NOT_AVAILABLE and retries
-(KIP-207).
+A consumer (replica id < 0) is answered from the committed records only (below the high watermark;
+a read_committed one below the last stable offset); a replica from the whole log. LATEST is the end
+of what the asker may read, EARLIEST the log start, any other timestamp the first record at or
+after it, with the leader epoch that wrote that record. A new leader whose high watermark has not
+yet reached the start of its own epoch does not know what is committed, so a consumer gets
+OFFSET_NOT_AVAILABLE and retries (KIP-207).
 
 `offset_for_timestamp` only reads the log and changes nothing. The PartitionActor calls it from
 its handler, after its read fence (actors/replication/leadership.py), so the log is read by its
@@ -18,6 +18,7 @@ from __future__ import annotations
 from actors.replication.partition_messages import (
     NO_EPOCH,
     NO_TIMESTAMP,
+    READ_COMMITTED,
     FetchOffsetForTimestamp,
     OffsetForTimestampResult,
 )
@@ -41,7 +42,12 @@ def offset_for_timestamp(
     """The answer of a replica in `role` at `leader_epoch` whose epoch began at
     `leader_epoch_start_offset` (-1 unless it leads)."""
     is_consumer = message.replica_id < 0
-    last_fetchable = partition_log.high_watermark if is_consumer else partition_log.log_end_offset
+    if not is_consumer:
+        last_fetchable = partition_log.log_end_offset
+    elif message.isolation_level == READ_COMMITTED:
+        last_fetchable = partition_log.last_stable_offset
+    else:
+        last_fetchable = partition_log.high_watermark
     not_available = (
         is_consumer
         and role is Role.LEADER

@@ -67,10 +67,13 @@ from actors.replication.isr import (
 from actors.replication.leadership import leader_and_isr_fence, next_role, read_fence
 from actors.replication.list_offsets import offset_for_timestamp
 from actors.replication.partition_messages import (
+    ACKS_ALL,
     NO_EPOCH,
+    READ_COMMITTED,
     AlterPartitionCompleted,
     AppendAsFollower,
     AppendAsLeader,
+    AppendTxnMarker,
     BecomeFollower,
     BecomeLeader,
     EpochEndOffset,
@@ -103,6 +106,7 @@ from runtime.log.errors import (
 )
 from runtime.log.log import Log
 from runtime.log.offsets import LogOffsetMetadata
+from runtime.log.transaction_index import AbortedTxn
 from wire.errors import ErrorCode
 from wire.records import CorruptRecordError
 from wire.topic import TopicPartition
@@ -346,6 +350,30 @@ class PartitionActor(Actor):
             ErrorCode.NONE, info, self._log.log_start_offset, self._leadership
         )
 
+    @handles(AppendTxnMarker)
+    def _append_txn_marker(self, message: AppendTxnMarker) -> LeaderAppendResult:
+        if self._role is not Role.LEADER:
+            return LeaderAppendResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        min_isr = message.min_insync_replicas or self._config.min_insync_replicas
+        if not enough_replicas_for_append(ACKS_ALL, self._isr, min_isr):
+            return LeaderAppendResult(ErrorCode.NOT_ENOUGH_REPLICAS)
+        with self._log_io("transaction marker append"):
+            try:
+                info = self._log.append_end_txn_marker(
+                    message.producer_id,
+                    message.producer_epoch,
+                    message.coordinator_epoch,
+                    commit=message.commit,
+                    leader_epoch=self._leader_epoch,
+                )
+            except InvalidProducerStateError as exc:
+                return LeaderAppendResult(exc.error)
+            advanced = self._maybe_increment_high_watermark(self.clock.monotonic_ms())
+        self._publish(leader_append=True, high_watermark=advanced)
+        return LeaderAppendResult(
+            ErrorCode.NONE, info, self._log.log_start_offset, self._leadership
+        )
+
     # -- fetch --------------------------------------------------------------------------------
 
     @handles(ReadRecords)
@@ -359,8 +387,15 @@ class PartitionActor(Actor):
         if error is not None:
             return ReadResult(error, leader_epoch=self._leader_epoch)
         leader_end_offset = self._log.log_end_offset
-        # Consumers see only committed records; followers replicate everything.
-        max_offset = None if is_follower else self._log.high_watermark
+        # Consumers see only committed records, read_committed ones only decided transactions;
+        # followers replicate everything.
+        read_committed = not is_follower and message.isolation_level == READ_COMMITTED
+        if is_follower:
+            max_offset = None
+        elif read_committed:
+            max_offset = self._log.last_stable_offset
+        else:
+            max_offset = self._log.high_watermark
         with self._log_io("read"):
             try:
                 data = self._log.read(
@@ -379,7 +414,20 @@ class PartitionActor(Actor):
                     leader_end_offset,
                 )
                 self._publish(high_watermark=advanced)
-        return self._read_result(ErrorCode.NONE, data.records, data.fetch_offset_metadata)
+        aborted: tuple[AbortedTxn, ...] | None = None
+        if read_committed:
+            # Kafka's collectAbortedTransactions up to the LSO (a superset of what the data
+            # needs; the consumer matches them by producer id and offsets).
+            aborted = (
+                tuple(
+                    self._log.collect_aborted_transactions(
+                        message.fetch_offset, self._log.last_stable_offset
+                    )
+                )
+                if data.records
+                else ()
+            )
+        return self._read_result(ErrorCode.NONE, data.records, data.fetch_offset_metadata, aborted)
 
     def _check_fetch_permission(
         self, current_leader_epoch: int, leader_only: bool
@@ -393,6 +441,7 @@ class PartitionActor(Actor):
         error: ErrorCode,
         records: bytes = b"",
         fetch_offset_metadata: LogOffsetMetadata | None = None,
+        aborted_transactions: tuple[AbortedTxn, ...] | None = None,
     ) -> ReadResult:
         return ReadResult(
             error,
@@ -402,6 +451,8 @@ class PartitionActor(Actor):
             self._log.log_start_offset,
             self._log.log_end_offset,
             self._leader_epoch,
+            self._log.last_stable_offset,
+            aborted_transactions,
         )
 
     def _update_follower_fetch_state(
@@ -653,6 +704,7 @@ class PartitionActor(Actor):
             leader_epoch_start_offset=self._leader_epoch_start_offset,
             latest_epoch=-1 if latest_epoch is None else latest_epoch,
             leadership=self._leadership,
+            last_stable_offset=self._log.last_stable_offset,
         )
 
     def _publish(

@@ -14,11 +14,14 @@ from actors.views import NO_LEADERSHIP, PartitionView
 from runtime.actor import Ask
 from runtime.log.log import Records
 from runtime.log.offsets import LogAppendInfo, LogOffsetMetadata
+from runtime.log.transaction_index import AbortedTxn
 from wire.errors import ErrorCode
 from wire.messages.control import LeaderAndIsrPartitionState
 
 CONSUMER_REPLICA_ID = -1  # Kafka's replica id of a consumer's fetch
 NO_EPOCH = -1  # a request's current_leader_epoch of -1 skips the epoch check (KIP-320)
+READ_UNCOMMITTED = 0  # Kafka's isolation levels (Fetch and ListOffsets)
+READ_COMMITTED = 1
 NO_TIMESTAMP = -1
 UNKNOWN_OFFSET = -1
 ACKS_NONE, ACKS_LEADER, ACKS_ALL = 0, 1, -1
@@ -107,6 +110,19 @@ class AppendAsLeader(Ask[LeaderAppendResult]):
             raise ValueError(f"required_acks must be 0, 1 or -1, got {self.required_acks}")
 
 
+@dataclass(frozen=True, slots=True)
+class AppendTxnMarker(Ask[LeaderAppendResult]):
+    """WriteTxnMarkers for this partition: end the producer's transaction with a COMMIT
+    (`commit`) or ABORT marker. Answered like an acks=all append, which the caller then waits
+    for."""
+
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    commit: bool
+    min_insync_replicas: int | None = None
+
+
 # -- fetch -------------------------------------------------------------------------------------
 
 
@@ -122,6 +138,9 @@ class ReadResult:
     log_start_offset: int = -1
     log_end_offset: int = -1
     leader_epoch: int = NO_EPOCH
+    last_stable_offset: int = -1
+    # read_committed: the aborted transactions the data may hold (None for read_uncommitted).
+    aborted_transactions: tuple[AbortedTxn, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +156,7 @@ class ReadRecords(Ask[ReadResult]):
     fetch_time_ms: int | None = None
     min_one: bool = True
     fetch_only_from_leader: bool = True
+    isolation_level: int = READ_UNCOMMITTED  # READ_COMMITTED: up to the last stable offset
 
 
 # -- ISR ---------------------------------------------------------------------------------------
@@ -246,3 +266,4 @@ class FetchOffsetForTimestamp(Ask[OffsetForTimestampResult]):
     current_leader_epoch: int = NO_EPOCH
     replica_id: int = -1
     fetch_only_from_leader: bool = True
+    isolation_level: int = READ_UNCOMMITTED

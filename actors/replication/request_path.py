@@ -38,7 +38,9 @@ from actors.replication.partition_messages import (
     ACKS_ALL,
     ACKS_LEADER,
     ACKS_NONE,
+    READ_COMMITTED,
     AppendAsLeader,
+    AppendTxnMarker,
     FetchOffsetForTimestamp,
     LastOffsetForEpoch,
     LeaderAppendResult,
@@ -52,6 +54,7 @@ from wire.errors import ErrorCode
 from wire.messages import (
     EpochEndOffset,
     FetchableTopicResponse,
+    FetchAbortedTransaction,
     FetchPartition,
     FetchRequest,
     FetchResponse,
@@ -66,11 +69,18 @@ from wire.messages import (
     PartitionProduceResponse,
     ProduceRequest,
     ProduceResponse,
+    WritableTxnMarker,
+    WritableTxnMarkerPartitionResult,
+    WritableTxnMarkerResult,
+    WritableTxnMarkerTopicResult,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
 )
 from wire.messages.data import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
 )
+from wire.records import ATTRIBUTES_OFFSET, TRANSACTIONAL_BIT
 from wire.topic import TopicPartition
 
 R = TypeVar("R")
@@ -79,6 +89,10 @@ DEBUGGING_REPLICA_ID: Final = (
     -2
 )  # Kafka's replica id for requests that may be served by any replica
 DEFAULT_MESSAGE_MAX_BYTES: Final = 1024 * 1024 + 12  # Kafka's message.max.bytes
+# How long a transaction marker waits for the ISR (Kafka's coordinator uses its request timeout,
+# request.timeout.ms, 30 s by default); the coordinator retries a marker that timed out.
+MARKER_TIMEOUT_MS: Final = 30_000
+_ATTRIBUTES_LOW_BYTE: Final = ATTRIBUTES_OFFSET + 1  # the int16's low byte holds the flags
 
 PartitionLookup = Callable[[TopicPartition], PartitionActor | None]
 
@@ -183,6 +197,12 @@ class RequestPath:
             return ErrorCode.INVALID_REQUEST
         if len(records) > self._message_max_bytes:
             return ErrorCode.MESSAGE_TOO_LARGE
+        if _is_transactional(records):
+            # Until the transaction coordinator exists nothing would ever end such a
+            # transaction, and it would hold back every read_committed consumer for good.
+            # (InitProducerId already refuses transactional ids, so no well-behaved client
+            # gets here.)
+            return ErrorCode.INVALID_TXN_STATE
         actor = self._partitions(tp)
         if actor is None:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -222,11 +242,77 @@ class RequestPath:
         self._delayed.watch_produce(DelayedProduce(timeout_ms, statuses, self.view_of, respond))
         return await answered
 
+    # -- WriteTxnMarkers ---------------------------------------------------------------------
+
+    async def write_txn_markers(self, request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
+        """Each marker's partitions appended here, then waited for as an acks=all produce; one
+        marker after another, so that a partition named by two markers is never two waits on
+        one purgatory key."""
+        results = []
+        for marker in request.markers:
+            wanted = [
+                TopicPartition(topic.name, p)
+                for topic in marker.topics
+                for p in topic.partition_indexes
+            ]
+            duplicated = _duplicated(wanted)
+            appended = await asyncio.gather(
+                *(self._append_marker(tp, marker, duplicated=tp in duplicated) for tp in wanted)
+            )
+            statuses = [
+                self._produce_status(tp, result)
+                for tp, result in zip(wanted, appended, strict=True)
+                if tp not in duplicated
+            ]
+            acked = await self._wait_for_acks(MARKER_TIMEOUT_MS, statuses)
+            by_topic: dict[str, list[WritableTxnMarkerPartitionResult]] = {}
+            for tp in wanted:
+                code = ErrorCode.INVALID_REQUEST if tp in duplicated else acked[tp].error_code
+                by_topic.setdefault(tp.topic, []).append(
+                    WritableTxnMarkerPartitionResult(partition_index=tp.partition, error_code=code)
+                )
+            results.append(
+                WritableTxnMarkerResult(
+                    producer_id=marker.producer_id,
+                    topics=[
+                        WritableTxnMarkerTopicResult(name=name, partitions=partitions)
+                        for name, partitions in by_topic.items()
+                    ],
+                )
+            )
+        return WriteTxnMarkersResponse(markers=results)
+
+    async def _append_marker(
+        self, tp: TopicPartition, marker: WritableTxnMarker, *, duplicated: bool
+    ) -> LeaderAppendResult | ErrorCode:
+        if duplicated:
+            return ErrorCode.INVALID_REQUEST
+        actor = self._partitions(tp)
+        if actor is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        result = await ask_partition(
+            actor,
+            AppendTxnMarker(
+                marker.producer_id,
+                marker.producer_epoch,
+                marker.coordinator_epoch,
+                marker.transaction_result,
+                self._min_insync_replicas(tp.topic),
+            ),
+        )
+        if isinstance(result, LeaderAppendResult) and result.error is not ErrorCode.NONE:
+            return result.error
+        return result
+
     # -- Fetch ------------------------------------------------------------------------------
 
     async def fetch(self, request: FetchRequest) -> FetchResponse:
         params = FetchParams(
-            request.replica_id, request.max_wait_ms, request.min_bytes, request.max_bytes
+            request.replica_id,
+            request.max_wait_ms,
+            request.min_bytes,
+            request.max_bytes,
+            isolation_level=request.isolation_level,
         )
         wanted = [
             (TopicPartition(topic.topic, part.partition), part)
@@ -247,6 +333,7 @@ class RequestPath:
                     part.partition_max_bytes,
                     read_leader_epoch=result.leader_epoch,
                     current_leader_epoch=part.current_leader_epoch,
+                    read_committed=params.isolation_level == READ_COMMITTED,
                 )
             )
         # The purgatory decides from views only; the final read is a message to each actor and
@@ -299,6 +386,7 @@ class RequestPath:
                 min(part.partition_max_bytes, params.max_bytes),
                 current_leader_epoch=part.current_leader_epoch,
                 replica_id=params.replica_id if params.is_from_follower else -1,
+                isolation_level=params.isolation_level,
             ),
         )
         return ReadResult(result) if isinstance(result, ErrorCode) else result
@@ -318,6 +406,7 @@ class RequestPath:
                             part.current_leader_epoch,
                             request.replica_id,
                             only_leader,
+                            request.isolation_level,
                         ),
                     )
                     for part in topic.partitions
@@ -399,6 +488,14 @@ def _duplicated(tps: Iterable[TopicPartition]) -> frozenset[TopicPartition]:
 # -- building answers ------------------------------------------------------------------------------
 
 
+def _is_transactional(records: bytes) -> bool:
+    """Whether the first batch says it is transactional (attributes, bytes 21-22; a batch too
+    short to say is judged by the log's own checks)."""
+    return len(records) > _ATTRIBUTES_LOW_BYTE and bool(
+        records[_ATTRIBUTES_LOW_BYTE] & TRANSACTIONAL_BIT
+    )
+
+
 def _produce_answer(
     tp: TopicPartition, result: LeaderAppendResult | ErrorCode
 ) -> PartitionProduceResponse:
@@ -454,9 +551,18 @@ def _fetch_response(
                 partition_index=tp.partition,
                 error_code=result.error,
                 high_watermark=result.high_watermark,
-                # No transactions: everything below the high watermark is stable.
-                last_stable_offset=result.high_watermark,
+                last_stable_offset=result.last_stable_offset,
                 log_start_offset=result.log_start_offset,
+                aborted_transactions=(
+                    None
+                    if result.aborted_transactions is None
+                    else [
+                        FetchAbortedTransaction(
+                            producer_id=txn.producer_id, first_offset=txn.first_offset
+                        )
+                        for txn in result.aborted_transactions
+                    ]
+                ),
                 records=bytes(result.records),
             )
         )

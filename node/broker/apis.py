@@ -85,6 +85,8 @@ from wire.messages import (
     SyncGroupResponse,
     UpdateMetadataRequest,
     UpdateMetadataResponse,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
 )
 
 # KIP-394: from JoinGroup v4 a new Kafka member first learns its id from MEMBER_ID_REQUIRED.
@@ -143,6 +145,7 @@ class BrokerApis:
             ApiKey.LEADER_AND_ISR: self.leader_and_isr,
             ApiKey.STOP_REPLICA: self.stop_replica,
             ApiKey.UPDATE_METADATA: self.update_metadata,
+            ApiKey.WRITE_TXN_MARKERS: self.write_txn_markers,
         }
 
     # -- data plane -------------------------------------------------------------------------------
@@ -164,6 +167,11 @@ class BrokerApis:
         self, request: OffsetForLeaderEpochRequest, ctx: RequestContext
     ) -> OffsetForLeaderEpochResponse:
         return await self._request_path.offset_for_leader_epoch(request)
+
+    async def write_txn_markers(
+        self, request: WriteTxnMarkersRequest, ctx: RequestContext
+    ) -> WriteTxnMarkersResponse:
+        return await self._request_path.write_txn_markers(request)
 
     async def metadata(self, request: MetadataRequest, ctx: RequestContext) -> MetadataResponse:
         metadata = self._replica_manager.metadata

@@ -10,6 +10,7 @@ Entry points: `runtime.log.manager.LogManager` (a broker's log dirs and backgrou
 * ``partition_dir`` — `TopicPartition` and partition directory names
 * ``offsets`` — `LogOffsetMetadata`, `FetchDataInfo`, `LogAppendInfo`
 * ``index_file``, ``offset_index``, ``time_index`` — ``.index`` / ``.timeindex`` files
+* ``transaction_index`` — ``.txnindex`` files (a segment's aborted transactions)
 * ``file_batches`` — walking the batches of a ``.log`` file
 * ``segment`` — `LogSegment`, one ``.log`` with its indexes
 * ``produced_batches`` — what a leader checks and stamps in produced batches before appending

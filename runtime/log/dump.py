@@ -4,14 +4,16 @@ For a ``.snapshot`` file (producer state): one line per producer. For a ``.log``
 per batch (offsets, count, leader epoch, producer fields, position,
 timestamp, size, codec, CRC and whether it is valid), and with ``--deep`` one ``|``-prefixed line
 per record. For ``.index`` / ``.timeindex`` files: one line per entry (stopping at the first unused
-preallocated entry, as Kafka's tool does). A directory stands for its ``.log`` files in order.
+preallocated entry, as Kafka's tool does). For a ``.txnindex`` file (aborted transactions): one
+line per entry, then its sanity check. A directory stands for its ``.log`` files in order.
 
 ``--verify-index`` checks each segment's indexes against its log: every offset index entry must
 point at the start of the batch whose last offset it names, every time index entry must name the
 last offset and max timestamp of a batch, and both must pass their sanity checks.
 
 Problems found (CRC mismatch, torn or malformed batch, offsets going backwards, undecodable
-records, index mismatches) are printed and make the exit status 1.
+records, index mismatches, a transaction index failing its sanity check) are printed and make
+the exit status 1.
 """
 
 from __future__ import annotations
@@ -21,13 +23,20 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TextIO
 
-from runtime.log.errors import CorruptSnapshotError
+from runtime.log.errors import CorruptIndexError, CorruptSnapshotError
 from runtime.log.file_batches import FileBatches
 from runtime.log.offset_index import OffsetIndex
 from runtime.log.producer_snapshot import SNAPSHOT_SUFFIX, read_snapshot_file
 from runtime.log.producer_state import decrement_sequence, increment_sequence
-from runtime.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, offset_from_file_name
+from runtime.log.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    offset_from_file_name,
+)
 from runtime.log.time_index import TimeIndex
+from runtime.log.transaction_index import CURRENT_VERSION, TransactionIndex
 from wire.record_reader import iter_records
 from wire.records import BatchHeader, CorruptRecordError, validate_batch
 
@@ -97,10 +106,12 @@ class _Dumper:
             self.dump_time_index(path)
             if self.verify_index:
                 self.verify_indexes(_sibling(path, TIME_INDEX_SUFFIX, LOG_SUFFIX))
+        elif path.name.endswith(TXN_INDEX_SUFFIX):
+            self.dump_txn_index(path)
         elif path.name.endswith(SNAPSHOT_SUFFIX):
             self.dump_producer_snapshot(path)
         else:
-            self.problem(f"{path}: not a .log, .index, .timeindex or .snapshot file")
+            self.problem(f"{path}: not a .log, .index, .timeindex, .txnindex or .snapshot file")
 
     def _batches(self, path: Path) -> Iterable[tuple[int, BatchHeader, bytes]]:
         """Walk batches by their headers; CRC and records are judged per batch by the caller."""
@@ -182,6 +193,24 @@ class _Dumper:
         for slot in range(_used_time_entries(index)):
             entry = index.entry_at(slot)
             print(f"timestamp: {entry.timestamp} offset: {entry.offset}", file=self.out)
+
+    def dump_txn_index(self, path: Path) -> None:
+        """One line per aborted transaction, in the fields of Kafka's tool; the entries before
+        an undecodable one are printed, then the problem."""
+        index = TransactionIndex(path, _base_offset(path))
+        try:
+            for entry in index.iter_entries():
+                print(
+                    f"version: {CURRENT_VERSION} producerId: {entry.producer_id} "
+                    f"firstOffset: {entry.first_offset} lastOffset: {entry.last_offset} "
+                    f"lastStableOffset: {entry.last_stable_offset}",
+                    file=self.out,
+                )
+            index.sanity_check()
+        except CorruptIndexError as exc:
+            self.problem(str(exc))
+        finally:
+            index.close()
 
     def verify_indexes(self, log_path: Path) -> None:
         if not log_path.exists():

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import collections
 import contextlib
 import os
 import random
@@ -69,16 +70,23 @@ from runtime.log.produced_batches import (
     reject_batch,
     require_keys,
 )
-from runtime.log.producer_replay import fold_batch, producer_fields, replay
+from runtime.log.producer_replay import (
+    end_txn_marker_batch,
+    fold_batch,
+    producer_fields,
+    replay,
+)
 from runtime.log.producer_state import (
     BatchMetadata,
+    CompletedTxn,
     Duplicate,
     ProducerStateManager,
     increment_sequence,
 )
-from runtime.log.recovery import RecoveryReport, load_segments
+from runtime.log.recovery import LoadedSegments, RecoveryReport, load_segments
 from runtime.log.segment import DELETED_SUFFIX, LogSegment
 from runtime.log.time_index import NO_TIMESTAMP
+from runtime.log.transaction_index import AbortedTxn
 from wire.errors import ErrorCode
 from wire.messages.data import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 from wire.records import (
@@ -128,6 +136,8 @@ class Log:
         self.recovery_report = recovery_report
         self._rng = rng
         self.producer_state = producer_state
+        # Decided transactions whose markers are not yet below the HW, in marker order.
+        self._unreplicated_txns: collections.deque[CompletedTxn] = collections.deque()
         self._last_flush_ms = clock.monotonic_ms()
         self._deleted: list[tuple[int, LogSegment]] = []  # (due monotonic ms, segment)
         self._closed = False
@@ -177,7 +187,7 @@ class Log:
             rng=rng,
             producer_state=ProducerStateManager(directory),
         )
-        log._reload_producer_state()
+        log._reload_producer_state(index_from=_txn_index_rebuild_start(loaded))
         if high_watermark is not None:
             log.update_high_watermark(high_watermark)
         return log
@@ -233,6 +243,9 @@ class Log:
     def update_high_watermark(self, high_watermark: int) -> int:
         """Set the HW, clamped to [log start, LEO]; returns the value kept."""
         self._high_watermark = min(max(high_watermark, self._log_start_offset), self._leo)
+        unreplicated = self._unreplicated_txns
+        while unreplicated and unreplicated[0].last_offset < self._high_watermark:
+            unreplicated.popleft()
         return self._high_watermark
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
@@ -284,14 +297,14 @@ class Log:
                     "an idempotent or transactional batch must be the only batch of its "
                     "partition in a produce request"
                 )
-            if attributes & TRANSACTIONAL_BIT:
-                raise InvalidProducerStateError(
-                    ErrorCode.INVALID_TXN_STATE,
-                    "transactional batch refused: ketch has no transaction coordinator yet",
-                )
+            transactional = bool(attributes & TRANSACTIONAL_BIT)
             last_sequence = increment_sequence(base_sequence, count - 1)
             verdict = self.producer_state.check(
-                producer_id, producer_epoch, base_sequence, last_sequence, is_transactional=False
+                producer_id,
+                producer_epoch,
+                base_sequence,
+                last_sequence,
+                is_transactional=transactional,
             )
             if type(verdict) is Duplicate:
                 return self._duplicate_info(verdict.metadata)
@@ -340,7 +353,7 @@ class Log:
                 first_offset,
                 last_offset,
                 max_ts,
-                is_transactional=False,
+                is_transactional=transactional,
             )
         if offset - self._recovery_point >= self.config.flush_messages:
             self.flush()
@@ -398,7 +411,9 @@ class Log:
                 batch = (
                     records[position : position + header.size_bytes] if header.is_control else None
                 )
-                fold_batch(self.producer_state, header, batch)
+                completed = fold_batch(self.producer_state, header, batch)
+                if completed is not None:
+                    self._transaction_completed(completed, index=True)
         return info
 
     def _append_to_active(
@@ -557,7 +572,9 @@ class Log:
         self.epoch_cache.truncate_from_end(self._leo)
         self._recovery_point = min(self._recovery_point, self._leo)
         self._high_watermark = min(self._high_watermark, self._leo)
-        self._reload_producer_state()
+        # The segments' transaction indexes were cut at the target already; the batches replayed
+        # below it are indexed there.
+        self._reload_producer_state(index_from=None)
         return True
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
@@ -725,13 +742,109 @@ class Log:
             0,
         )
 
-    def _reload_producer_state(self) -> None:
+    def _reload_producer_state(self, *, index_from: int | None) -> None:
         """Rebuild the producer state for the log as it now is (after loading, or a truncation
         that may have cut batches it had folded): the newest snapshot within the log, then the
-        batches after it."""
+        batches after it. Aborted transactions whose markers lie at or above `index_from` go
+        into their segments' transaction indexes again (those a recovery reset); the snapshot
+        used then lies at or below `index_from`, so that every such marker is replayed."""
         state = self.producer_state
-        replay_from = state.truncate_and_reload(self._log_start_offset, self._leo)
-        replay(state, self._segments, replay_from, self._leo)
+        self._unreplicated_txns.clear()
+        end = (
+            self._leo
+            if index_from is None
+            else min(self._leo, max(index_from, self._log_start_offset))
+        )
+        replay_from = state.truncate_and_reload(self._log_start_offset, end)
+
+        def completed(txn: CompletedTxn) -> None:
+            self._transaction_completed(
+                txn, index=index_from is not None and txn.last_offset >= index_from
+            )
+
+        replay(state, self._segments, replay_from, self._leo, on_completed=completed)
+
+    # -- transactions -----------------------------------------------------------------------------
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's LSO: below it every transaction is decided and its marker replicated; a
+        read_committed consumer reads up to here. The HW when no transaction is open."""
+        first = self._first_unstable_offset()
+        return self._high_watermark if first is None else min(first, self._high_watermark)
+
+    def _first_unstable_offset(self) -> int | None:
+        ongoing = self.producer_state.first_unstable_offset()
+        # A decided transaction stays unstable until its marker is below the HW: a new leader
+        # elected before that may not have the marker.
+        for txn in self._unreplicated_txns:
+            if ongoing is None or txn.first_offset < ongoing:
+                ongoing = txn.first_offset
+        return ongoing
+
+    def append_end_txn_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        *,
+        commit: bool,
+        leader_epoch: int,
+    ) -> LogAppendInfo:
+        """Write a COMMIT or ABORT control batch for the producer's transaction (WriteTxnMarkers
+        on the partition leader). Raises InvalidProducerStateError when the marker's producer
+        epoch is older than the producer's (INVALID_PRODUCER_EPOCH) or its coordinator epoch
+        older than the last marker's (TRANSACTION_COORDINATOR_FENCED)."""
+        error = self.producer_state.check_end_txn_marker(
+            producer_id, producer_epoch, coordinator_epoch
+        )
+        if error is not None:
+            raise InvalidProducerStateError(
+                error, f"marker for producer {producer_id} epoch {producer_epoch}"
+            )
+        batch = end_txn_marker_batch(
+            producer_id,
+            producer_epoch,
+            coordinator_epoch,
+            commit=commit,
+            base_offset=self._leo,
+            leader_epoch=leader_epoch,
+            timestamp=self._clock.wall_ms(),
+        )
+        if leader_epoch >= 0 and leader_epoch != self.epoch_cache.latest_epoch:
+            self.epoch_cache.assign(leader_epoch, self._leo)
+        # The follower path appends a batch as it is and folds it (the marker completes the
+        # transaction there, as it does on every replica).
+        return self.append_as_follower(batch)
+
+    def _transaction_completed(self, txn: CompletedTxn, *, index: bool) -> None:
+        if txn.is_aborted and index:
+            # Kafka's lastStableOffset(completedTxn): where the log is stable once this one is
+            # decided, judged by the other open or unreplicated transactions.
+            ongoing = self._first_unstable_offset()
+            stable = txn.last_offset + 1 if ongoing is None else min(ongoing, txn.last_offset + 1)
+            segment = self._segments[self._segment_index_for(txn.last_offset)]
+            held = segment.txn_index.last_offset
+            # Replay after a recovery re-adds what a reset index lost; an index that kept its
+            # entries already has this one.
+            if held is None or held < txn.last_offset:
+                segment.txn_index.append(
+                    AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, stable)
+                )
+        if txn.last_offset >= self._high_watermark:
+            self._unreplicated_txns.append(txn)
+
+    def collect_aborted_transactions(self, start_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed fetch of [start_offset, upper_bound) must
+        name: those ending at or after the start and beginning before the bound (Kafka's
+        collectAbortedTransactions), from the segment holding the start onwards."""
+        found: list[AbortedTxn] = []
+        for segment in self._segments[self._segment_index_for(start_offset) :]:
+            entries, complete = segment.txn_index.collect_aborted(start_offset, upper_bound)
+            found.extend(entries)
+            if complete:
+                break
+        return found
 
     def _snapshot_producer_state(self) -> None:
         """Kafka's snapshot at each roll and at close: recovery replays only what follows it.
@@ -753,6 +866,12 @@ class Log:
         """Move the partition directory (deletion by rename); files stay open across it."""
         os.replace(self.directory, new_directory)
         self.directory = new_directory
+
+
+def _txn_index_rebuild_start(loaded: LoadedSegments) -> int | None:
+    """The first offset of the segments whose transaction indexes loading emptied (they are
+    rebuilt by replay), or None when none was."""
+    return loaded.report.txn_index_reset_from
 
 
 def _fsync_and_close(handles: list[int]) -> None:

@@ -6,7 +6,8 @@ headers are read, except for the control batches of idempotent producers (transa
 whose one record says COMMIT or ABORT and the coordinator epoch.
 
 Also here: reading a produced batch's producer fields on the leader's hot path without building
-a `BatchHeader`.
+a `BatchHeader`, and the bytes of a transaction marker (`end_txn_marker_batch`), the control
+batch a partition leader writes for WriteTxnMarkers.
 
 Pure functions over their arguments; the state belongs to the caller's log, hence to one actor.
 """
@@ -15,15 +16,17 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from runtime.log.producer_state import (
     CONTROL_TYPE_ABORT,
     CONTROL_TYPE_COMMIT,
+    CompletedTxn,
     ProducerStateManager,
 )
 from runtime.log.segment import LogSegment
+from wire.batch_builder import build_batch
 from wire.record_reader import iter_records
 from wire.records import BatchHeader, CorruptRecordError
 
@@ -62,16 +65,42 @@ def control_marker(batch: bytes | bytearray | memoryview) -> tuple[int | None, i
     return None, None
 
 
+def end_txn_marker_batch(
+    producer_id: int,
+    producer_epoch: int,
+    coordinator_epoch: int,
+    *,
+    commit: bool,
+    base_offset: int,
+    leader_epoch: int,
+    timestamp: int,
+) -> bytes:
+    """The control batch Kafka writes to end a transaction: one record whose key is (version 0,
+    type COMMIT or ABORT) and whose value is (version 0, coordinator epoch), in a transactional
+    control batch of the producer, with no sequence."""
+    control_type = CONTROL_TYPE_COMMIT if commit else CONTROL_TYPE_ABORT
+    return build_batch(
+        [(_CONTROL_KEY.pack(0, control_type), _MARKER_VALUE.pack(0, coordinator_epoch))],
+        base_offset=base_offset,
+        partition_leader_epoch=leader_epoch,
+        base_timestamp=timestamp,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        is_transactional=True,
+        is_control=True,
+    )
+
+
 def fold_batch(
     state: ProducerStateManager, header: BatchHeader, batch: bytes | bytearray | memoryview | None
-) -> None:
+) -> CompletedTxn | None:
     """Fold one appended batch; `batch` (its bytes) is needed only for a control batch of an
-    idempotent producer, and read only then."""
+    idempotent producer, and read only then. Returns the transaction a marker completed."""
     if header.producer_id < 0:
-        return
+        return None
     if not header.is_control:
         state.update_from_batch(header)
-        return
+        return None
     assert batch is not None, header
     try:
         control_type, coordinator_epoch = control_marker(batch)
@@ -83,16 +112,22 @@ def fold_batch(
         )
         control_type = coordinator_epoch = None
     if control_type in (CONTROL_TYPE_ABORT, CONTROL_TYPE_COMMIT) and coordinator_epoch is not None:
-        state.update_from_batch(header, control_type, coordinator_epoch)
-    else:
-        state.update_map_end_offset(header.next_offset)
+        return state.update_from_batch(header, control_type, coordinator_epoch)
+    state.update_map_end_offset(header.next_offset)
+    return None
 
 
 def replay(
-    state: ProducerStateManager, segments: Sequence[LogSegment], start: int, end: int
+    state: ProducerStateManager,
+    segments: Sequence[LogSegment],
+    start: int,
+    end: int,
+    *,
+    on_completed: Callable[[CompletedTxn], None] | None = None,
 ) -> int:
-    """Fold every batch with offsets in [start, end) into `state`; returns how many batches of
-    idempotent producers were folded."""
+    """Fold every batch with offsets in [start, end) into `state`, telling `on_completed` of
+    each transaction a marker ends; returns how many batches of idempotent producers were
+    folded."""
     folded = 0
     for index, segment in enumerate(segments):
         following = segments[index + 1].base_offset if index + 1 < len(segments) else None
@@ -109,7 +144,9 @@ def replay(
                     if header.is_control
                     else None
                 )
-                fold_batch(state, header, batch)
+                completed = fold_batch(state, header, batch)
+                if completed is not None and on_completed is not None:
+                    on_completed(completed)
                 folded += 1
     state.update_map_end_offset(end)
     return folded

@@ -11,10 +11,12 @@ Order of work (Kafka's LogLoader):
    deleted, then each ``.swap`` suffix is dropped. Hence an offline compaction installed with the
    swap protocol (write ``.cleaned``, rename to ``.swap``, rename old segments to ``.deleted``,
    drop ``.swap``) never leaves a mix of old and new segments, wherever it is interrupted.
-3. Segments. Every ``.log`` file becomes a segment; index files without a ``.log`` are removed. A
-   segment whose index files are missing or fail `sanity_check()` is recovered (revalidated,
-   indexes rebuilt); if that finds a bad batch, the segment is truncated there and every later
-   segment deleted, as in step 4.
+3. Segments. Every ``.log`` file becomes a segment; index files (``.index``, ``.timeindex``,
+   ``.txnindex``) without a ``.log`` are removed. A segment whose offset or time index file is
+   missing, or whose index files fail `sanity_check()`, is recovered (revalidated, indexes
+   rebuilt); if that finds a bad batch, the segment is truncated there and every later segment
+   deleted, as in step 4. A missing ``.txnindex`` is normal (created with the first aborted
+   transaction).
 4. Recovery. After an unclean shutdown every segment from the one holding the recovery point
    onwards is revalidated batch by batch; at the first corrupt or torn batch that segment is
    truncated and every later segment deleted. After a clean shutdown nothing is scanned.
@@ -22,6 +24,10 @@ Order of work (Kafka's LogLoader):
    start offset: all segments replaced by an empty one at the log start offset. The recovery
    point becomes the LEO after a clean shutdown, else at most the LEO (recovered bytes are not
    fsynced yet, so the recovery point only advances with a flush).
+
+Recovering a segment empties its transaction index (see `LogSegment.recover`); the report's
+`txn_index_reset_from` tells the log from which offset its producer-state replay must append the
+aborted transactions again.
 
 Runs synchronously, inside `Log.open`; the log manager runs that in worker threads.
 """
@@ -46,12 +52,17 @@ from runtime.log.segment import (
     LOG_SUFFIX,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     LogSegment,
     SegmentRecovery,
     offset_from_file_name,
 )
 
 logger = logging.getLogger(__name__)
+
+# Every file kind of a segment beside its .log, as named without a swap/cleaned/deleted suffix.
+_INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+_SEGMENT_FILE_SUFFIXES = (LOG_SUFFIX, *_INDEX_SUFFIXES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +87,9 @@ class RecoveryReport:
     swaps_completed: tuple[int, ...]  # base offsets of .swap segments installed
     removed_files: tuple[str, ...]  # stray .deleted/.cleaned/.swap/index files removed
     log_end_offset: int
+    # The lowest base offset of a segment that was recovered, hence whose transaction index was
+    # emptied (that segment may have been deleted since); None when no segment was recovered.
+    txn_index_reset_from: int | None = None
 
     @property
     def truncated_bytes(self) -> int:
@@ -99,6 +113,7 @@ class _Progress:
     deleted: list[int] = field(default_factory=list)
     recovered: int = 0
     truncation: Truncation | None = None
+    txn_index_reset_from: int | None = None
 
 
 def _base_offset_or_none(name: str) -> int | None:
@@ -116,6 +131,16 @@ def _remove(path: Path, progress: _Progress) -> None:
 
 def _strip(name: str, suffix: str) -> str:
     return name[: len(name) - len(suffix)]
+
+
+def _recover(
+    segment: LogSegment, epoch_cache: LeaderEpochCache | None, progress: _Progress
+) -> SegmentRecovery:
+    """`segment.recover`, noting that it emptied the segment's transaction index."""
+    reset_from = progress.txn_index_reset_from
+    if reset_from is None or segment.base_offset < reset_from:
+        progress.txn_index_reset_from = segment.base_offset
+    return segment.recover(epoch_cache)
 
 
 def _collect_swap_files(directory: Path, progress: _Progress) -> list[Path]:
@@ -165,8 +190,9 @@ def _complete_swaps(
     for path in sorted(directory.iterdir()):
         base = _base_offset_or_none(path.name)
         # Segment files only: a producer snapshot in the range stays (it describes the log's
-        # offsets, which compaction keeps).
-        is_segment_file = path.name.endswith((LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX))
+        # offsets, which compaction keeps). An old .txnindex goes too: left behind, it would
+        # become the transaction index of the new segment at its base offset.
+        is_segment_file = path.name.endswith(_SEGMENT_FILE_SUFFIXES)
         if base is not None and is_segment_file and low <= base < high:
             _remove(path, progress)  # an old segment the swap replaces
     for path in sorted(directory.iterdir()):
@@ -186,7 +212,7 @@ def _open_segments(
     and the recovery result of each rebuilt one by base offset."""
     names = {p.name for p in directory.iterdir() if p.is_file()}
     for name in sorted(names):
-        is_index = name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX))
+        is_index = name.endswith(_INDEX_SUFFIXES)
         if is_index and _base_offset_or_none(name) is not None:
             log_name = name.rsplit(".", 1)[0] + LOG_SUFFIX
             if log_name not in names:
@@ -202,7 +228,7 @@ def _open_segments(
             segment.sanity_check()
         except CorruptIndexError as exc:
             logger.warning("rebuilding indexes of %s: %s", segment.log_path, exc)
-            rebuilt[base] = segment.recover(epoch_cache)
+            rebuilt[base] = _recover(segment, epoch_cache, progress)
             progress.rebuilt.append(base)
         segments.append(segment)
     segments.sort(key=lambda s: s.base_offset)
@@ -247,7 +273,7 @@ def _recover_unflushed(
         segment = segments[i]
         result = already.get(segment.base_offset)
         if result is None:
-            result = segment.recover(epoch_cache)
+            result = _recover(segment, epoch_cache, progress)
             progress.recovered += 1
         if result.reason is not None:
             return _cut_after(segments, i, result, progress)
@@ -306,5 +332,6 @@ def load_segments(
         swaps_completed=tuple(progress.swaps),
         removed_files=tuple(progress.removed),
         log_end_offset=next_offset,
+        txn_index_reset_from=progress.txn_index_reset_from,
     )
     return LoadedSegments(segments, log_start_offset, recovery_point, next_offset, report)

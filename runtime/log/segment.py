@@ -1,16 +1,20 @@
-"""One log segment: a `.log` file of record batches plus its offset and time indexes.
+"""One log segment: a `.log` file of record batches and its offset, time and transaction indexes.
 
-Long because one segment's file, its two indexes and the produce fast path's cached limits are
+Long because one segment's file, its indexes and the produce fast path's cached limits are
 one piece of state: every method that changes the segment must disarm that fast path
 (`_fast_index_room = 0`) or re-arm it, which can only be checked with all of them in one class.
-The index files (`offset_index`, `time_index`) and the batch walk over the file
-(`file_batches`) already live apart.
+The index files (`offset_index`, `time_index`, `transaction_index`) and the batch walk over
+the file (`file_batches`) already live apart.
 
 Files, named by the segment's base offset as 20 zero-padded digits (``00000000000000000042``):
 
 * ``.log`` — RecordBatch v2 batches (layout in `wire.records`), concatenated, nothing else. The
   base offset is <= the first offset in the file and > every offset of the previous segment.
 * ``.index`` — see `runtime.log.offset_index`; ``.timeindex`` — see `runtime.log.time_index`.
+* ``.txnindex`` — the aborted transactions whose ABORT markers lie in this segment, see
+  `runtime.log.transaction_index`; written by the `Log` (which knows the LSO), created with the
+  first entry, so most segments have none. Every operation on all of a segment's files (suffix
+  changes, truncation, flush, close, deletion, recovery, sanity check) covers it here.
 
 During swaps and deletion every file of a segment carries one more suffix: ``.cleaned``,
 ``.swap`` or ``.deleted`` (handled by `runtime.log.recovery`).
@@ -20,8 +24,9 @@ Appends add one offset index entry (and maybe a time index entry) when more than
 holds at most 2^31-1 bytes and relative offsets up to 2^31-1, the limits of the 4-byte index
 fields. The produce path appends through `append_unless_roll`, whose fast path skips the checks
 that cannot have changed since the last full one (see there). Crash policy: `recover()`
-re-validates every batch, truncates at the first bad or torn one and rebuilds both indexes;
-`sanity_check()` is the cheap test a cleanly closed segment must pass.
+re-validates every batch, truncates at the first bad or torn one and rebuilds the offset and time
+indexes (the transaction index it empties, see there); `sanity_check()` is the cheap test a
+cleanly closed segment must pass.
 
 Not thread-safe: owned by one `Log`, hence one actor (or a loader thread before publication).
 """
@@ -44,12 +49,14 @@ from runtime.log.index_file import INT32_MAX
 from runtime.log.offset_index import OffsetIndex
 from runtime.log.offsets import FetchDataInfo, LogOffsetMetadata, TimestampAndOffset
 from runtime.log.time_index import NO_TIMESTAMP, TimeIndex
+from runtime.log.transaction_index import TransactionIndex
 from wire.record_reader import iter_records
 from wire.records import LOG_OVERHEAD, BatchHeader
 
 LOG_SUFFIX: Final = ".log"
 INDEX_SUFFIX: Final = ".index"
 TIME_INDEX_SUFFIX: Final = ".timeindex"
+TXN_INDEX_SUFFIX: Final = ".txnindex"
 DELETED_SUFFIX: Final = ".deleted"
 CLEANED_SUFFIX: Final = ".cleaned"
 SWAP_SUFFIX: Final = ".swap"
@@ -115,6 +122,7 @@ class LogSegment:
         self.time_index = TimeIndex(
             Path(f"{prefix}{TIME_INDEX_SUFFIX}{suffix}"), base_offset, config.segment_index_bytes
         )
+        self.txn_index = TransactionIndex(Path(f"{prefix}{TXN_INDEX_SUFFIX}{suffix}"), base_offset)
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
         self._size = os.fstat(self._fd).st_size
         self._created_ms = clock.wall_ms()
@@ -456,10 +464,18 @@ class LogSegment:
     # -- recovery and truncation ------------------------------------------------------------------
 
     def recover(self, epoch_cache: LeaderEpochCache | None = None) -> SegmentRecovery:
-        """Revalidate every batch, truncate at the first bad one, rebuild the indexes."""
+        """Revalidate every batch, truncate at the first bad one, rebuild the offset and time
+        indexes, and empty the transaction index.
+
+        The transaction index is emptied, not rebuilt, as Kafka resets it when recovering a
+        segment: its entries need the LSO after each abort, which only the producer state knows.
+        The `Log` replays the recovered segments into its producer state after loading, and that
+        replay appends their aborted transactions again.
+        """
         self._fast_index_room = 0
         self.offset_index.reset()
         self.time_index.reset()
+        self.txn_index.reset()
         valid = 0
         last_index_entry = 0
         max_ts, offset_of_max = NO_TIMESTAMP, self.base_offset
@@ -510,6 +526,8 @@ class LogSegment:
         found = self.translate_offset(offset)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        # The aborted transactions whose markers are cut off go too.
+        self.txn_index.truncate_to(offset)
         if found is None:
             return 0
         position = found[0]
@@ -527,11 +545,13 @@ class LogSegment:
 
         Beyond the indexes' own checks, the first and last offset index entries must each point
         at a batch whose last offset they name, and the batches after the last entry must parse.
+        A missing transaction index is an empty one (it is created with its first entry).
         """
         if not self.offset_index.path.exists() or not self.time_index.path.exists():
             raise CorruptIndexError(f"index files of {self.log_path} are missing")
         self.offset_index.sanity_check(self._size)
         self.time_index.sanity_check()
+        self.txn_index.sanity_check()
         index = self.offset_index
         if index.entries:
             self._check_entry_points_at_batch(index.entry_at(0).offset, index.entry_at(0).position)
@@ -564,15 +584,20 @@ class LogSegment:
         os.fsync(self._fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def prepare_flush(self) -> list[int]:
-        """Write pending index entries and return duplicated handles of all three files to fsync
-        from a worker thread; the caller closes them. Duplicates keep the files alive even if
-        the segment is deleted meanwhile."""
+        """Write pending index entries and return duplicated handles of the segment's files to
+        fsync from a worker thread; the caller closes them. Duplicates keep the files alive even
+        if the segment is deleted meanwhile. The transaction index writes its entries as they
+        come; it has a handle only when it was written since it was opened."""
         self.offset_index.write_pending()
         self.time_index.write_pending()
         handles = [os.dup(self._fd)]
         handles.extend(index.dup_handle() for index in (self.offset_index, self.time_index))
+        txn_handle = self.txn_index.dup_handle()
+        if txn_handle is not None:
+            handles.append(txn_handle)
         return handles
 
     def close(self) -> None:
@@ -585,6 +610,7 @@ class LogSegment:
             )
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
         os.close(self._fd)
         self._fd = -1
 
@@ -593,12 +619,13 @@ class LogSegment:
         self._fast_index_room = 0
         self.offset_index.close_handle()
         self.time_index.close_handle()
+        self.txn_index.close()
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
 
     def change_suffix(self, old: str, new: str) -> None:
-        """Rename all three files from suffix `old` to `new` (e.g. "" -> ".deleted")."""
+        """Rename all the segment's files from suffix `old` to `new` (e.g. "" -> ".deleted")."""
         assert self.suffix == old, (self.suffix, old)
         for index in (self.offset_index, self.time_index):
             renamed = _replace_suffix(index.path, old, new)
@@ -606,6 +633,7 @@ class LogSegment:
                 index.rename_to(renamed)
             else:
                 index.path = renamed
+        self.txn_index.rename(_replace_suffix(self.txn_index.path, old, new))
         renamed_log = _replace_suffix(self.log_path, old, new)
         os.replace(self.log_path, renamed_log)
         self.log_path = renamed_log
@@ -616,6 +644,7 @@ class LogSegment:
         for path in (self.log_path, self.offset_index.path, self.time_index.path):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
+        self.txn_index.delete()
 
 
 def _replace_suffix(path: Path, old: str, new: str) -> Path:

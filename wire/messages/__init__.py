@@ -11,6 +11,7 @@ definitions live in modules by API group:
                 BrokerRegistration, BrokerHeartbeat (cluster credential required)
     auth.py     SaslHandshake, SaslAuthenticate
     producer.py InitProducerId, AllocateProducerIds (the latter cluster credential required)
+    transactions.py  WriteTxnMarkers (cluster credential required)
 
     groups.py   OffsetCommit, OffsetFetch, FindCoordinator, JoinGroup, Heartbeat, LeaveGroup,
                 SyncGroup, DescribeGroups, ListGroups (served once the group coordinator exists)
@@ -99,6 +100,7 @@ from wire.messages.data import (
     BatchIndexAndErrorMessage,
     EpochEndOffset,
     FetchableTopicResponse,
+    FetchAbortedTransaction,
     FetchPartition,
     FetchRequest,
     FetchResponse,
@@ -173,6 +175,15 @@ from wire.messages.producer import (
     InitProducerIdRequest,
     InitProducerIdResponse,
 )
+from wire.messages.transactions import (
+    WritableTxnMarker,
+    WritableTxnMarkerPartitionResult,
+    WritableTxnMarkerResult,
+    WritableTxnMarkerTopic,
+    WritableTxnMarkerTopicResult,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
+)
 
 # Importing the modules above registered every message; fail the import if one lacks its codec.
 check_registry()
@@ -229,6 +240,7 @@ __all__ = [
     "DescribedGroup",
     "DescribedGroupMember",
     "EpochEndOffset",
+    "FetchAbortedTransaction",
     "FetchPartition",
     "FetchRequest",
     "FetchResponse",
@@ -321,6 +333,13 @@ __all__ = [
     "UpdateMetadataRequest",
     "UpdateMetadataResponse",
     "Uuid",
+    "WritableTxnMarker",
+    "WritableTxnMarkerPartitionResult",
+    "WritableTxnMarkerResult",
+    "WritableTxnMarkerTopic",
+    "WritableTxnMarkerTopicResult",
+    "WriteTxnMarkersRequest",
+    "WriteTxnMarkersResponse",
     "check_registry",
     "error_body",
     "registered_requests",

@@ -54,6 +54,7 @@ class ApiKey(IntEnum):
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    WRITE_TXN_MARKERS = 27
     DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
     ALTER_PARTITION = 56
@@ -73,6 +74,7 @@ CONTROL_PLANE_API_KEYS: frozenset[int] = frozenset(
         ApiKey.BROKER_REGISTRATION,
         ApiKey.BROKER_HEARTBEAT,
         ApiKey.ALLOCATE_PRODUCER_IDS,
+        ApiKey.WRITE_TXN_MARKERS,
     }
 )
 """APIs that only cluster members may call: they need the cluster credential."""

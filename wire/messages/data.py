@@ -181,14 +181,25 @@ class FetchTopic:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class FetchAbortedTransaction:
+    """An aborted transaction a read_committed fetch's data may hold: the consumer drops the
+    producer's records from `first_offset` up to its ABORT marker."""
+
+    producer_id: int
+    first_offset: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FetchResponsePartition:
-    """Kafka's FetchResponse PartitionData. `records` is empty when there is nothing to send."""
+    """Kafka's FetchResponse PartitionData. `records` is empty when there is nothing to send;
+    `aborted_transactions` is None for a read_uncommitted fetch (Kafka's null)."""
 
     partition_index: Int32
     error_code: Int16 = 0
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
+    aborted_transactions: list[FetchAbortedTransaction] | None = None
     records: bytes = b""
 
 

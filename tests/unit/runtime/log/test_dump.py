@@ -12,6 +12,7 @@ from runtime.clock import ManualClock
 from runtime.log.config import LogConfig
 from runtime.log.dump import dump_log_files
 from runtime.log.log import Log
+from runtime.log.transaction_index import AbortedTxn, TransactionIndex
 from wire.batch_builder import build_batch
 from wire.records import iter_batches
 
@@ -174,3 +175,36 @@ def test_dump_producer_snapshot(tmp_path: Path, clock: ManualClock) -> None:
     out = io.StringIO()
     assert dump_log_files([snapshot], out) == 1
     assert "CORRUPTION" in out.getvalue()
+
+
+def test_dump_txn_index(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A ``.txnindex`` file: one line per aborted transaction in Kafka's fields; a torn or
+    malformed one prints the entries it can and a CORRUPTION line, and exits 1."""
+    path = tmp_path / "00000000000000000100.txnindex"
+    index = TransactionIndex(path, 100)
+    index.append(AbortedTxn(42, 90, 105, 106))
+    index.append(AbortedTxn(7, 110, 120, 121))
+    index.close()
+    code, text = dump(path)
+    assert code == 0, text
+    assert text.splitlines()[1:] == [
+        "version: 0 producerId: 42 firstOffset: 90 lastOffset: 105 lastStableOffset: 106",
+        "version: 0 producerId: 7 firstOffset: 110 lastOffset: 120 lastStableOffset: 121",
+    ]
+    assert main(["dump-log", str(path)]) == 0
+    assert "producerId: 7 " in capsys.readouterr().out
+    with path.open("ab") as f:
+        f.write(b"\x00\x00\x00")  # a torn third entry
+    code, text = dump(path)
+    assert code == 1
+    assert "producerId: 7 " in text
+    assert "CORRUPTION: " in text
+    assert "not a multiple of the entry size 34" in text
+    raw = bytearray(path.read_bytes()[:68])
+    raw[34:36] = b"\x00\x05"  # the second entry's version
+    path.write_bytes(bytes(raw))
+    code, text = dump(path)
+    assert code == 1
+    assert "producerId: 42 " in text
+    assert "producerId: 7 " not in text
+    assert "entry 1 has unknown version 5" in text

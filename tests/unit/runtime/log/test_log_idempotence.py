@@ -88,16 +88,6 @@ def test_an_idempotent_batch_must_be_alone_in_its_request(
     assert log.log_end_offset == 0
 
 
-def test_transactional_batches_are_refused_without_a_coordinator(
-    log_dir: Path, clock: ManualClock
-) -> None:
-    log = Log.open(log_dir, SMALL, clock)
-    records = build_batch(
-        [(b"k", b"v")], producer_id=PID, producer_epoch=0, base_sequence=0, is_transactional=True
-    )
-    assert refused(log, records) is ErrorCode.INVALID_TXN_STATE
-
-
 def test_a_follower_builds_the_leaders_state(tmp_path: Path, clock: ManualClock) -> None:
     """As the next leader it recognises the retry of a write the old leader took."""
     leader = Log.open(tmp_path / "leader" / "t-0", SMALL, clock)

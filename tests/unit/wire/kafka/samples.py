@@ -22,6 +22,7 @@ from wire.messages import (
     DescribeConfigsResult,
     EpochEndOffset,
     FetchableTopicResponse,
+    FetchAbortedTransaction,
     FetchPartition,
     FetchRequest,
     FetchResponse,
@@ -198,8 +199,11 @@ RESPONSES: Final[dict[int, Response]] = {
                     FetchResponsePartition(
                         partition_index=1,
                         high_watermark=2000,
-                        last_stable_offset=2000,
+                        last_stable_offset=1990,
                         log_start_offset=5,
+                        aborted_transactions=[
+                            FetchAbortedTransaction(producer_id=7, first_offset=1500)
+                        ],
                         records=RECORDS,
                     ),
                     FetchResponsePartition(partition_index=2, error_code=6),

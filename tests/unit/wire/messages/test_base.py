@@ -96,6 +96,7 @@ KAFKA_API_KEYS = {
     "INIT_PRODUCER_ID": 22,
     "DESCRIBE_CONFIGS": 32,
     "OFFSET_FOR_LEADER_EPOCH": 23,
+    "WRITE_TXN_MARKERS": 27,
     "SASL_AUTHENTICATE": 36,
     "ALTER_PARTITION": 56,
     "DESCRIBE_CLUSTER": 60,
@@ -111,7 +112,7 @@ def test_api_keys_are_kafkas() -> None:
 
 def test_supported_versions_lists_every_implemented_api() -> None:
     implemented = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 22}
-    implemented |= {23, 32, 36, 56, 60, 62, 63, 67}
+    implemented |= {23, 27, 32, 36, 56, 60, 62, 63, 67}
     assert m.supported_versions() == dict.fromkeys(sorted(implemented), (0, 0))
 
 
@@ -126,7 +127,7 @@ def test_requests_pair_with_their_responses() -> None:
 
 
 def test_control_plane_keys() -> None:
-    assert {4, 5, 6, 7, 56, 62, 63, 67} == m.CONTROL_PLANE_API_KEYS
+    assert {4, 5, 6, 7, 27, 56, 62, 63, 67} == m.CONTROL_PLANE_API_KEYS
 
 
 @pytest.mark.parametrize(("key", "version"), [(0, 1), (99, 0), (10, 1), (-1, 0)])

@@ -53,6 +53,7 @@ def test_fetch_field_names_follow_kafka() -> None:
         "high_watermark",
         "last_stable_offset",
         "log_start_offset",
+        "aborted_transactions",
         "records",
     }
 
