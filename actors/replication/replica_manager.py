@@ -167,6 +167,7 @@ class ReplicaManager(Actor):
         on_partitions_deleted: DeletionHook | None = None,
         isr_change_listener: IsrChangeListener | None = None,
         on_all_log_dirs_offline: Callable[[], None] | None = None,
+        on_metadata_updated: Callable[[], None] | None = None,
         clock: Clock | None = None,
         capacity: int | None = None,
     ) -> None:
@@ -185,6 +186,8 @@ class ReplicaManager(Actor):
         self._isr_change_listener = isr_change_listener
         # Every log dir failed: this broker can serve nothing (the node stops the process).
         self._on_all_log_dirs_offline = on_all_log_dirs_offline
+        # Each UpdateMetadata applied (the node opens its Kafka listener on the first).
+        self._on_metadata_updated = on_metadata_updated
         self._partitions: dict[TopicPartition, PartitionActor] = {}
         self._aborting = False
         self._routes: Routes = EMPTY_ROUTES
@@ -693,6 +696,8 @@ class ReplicaManager(Actor):
         if self._pending_fetchers:
             self._start_fetchers(sorted(self._pending_fetchers, key=tp_order))
         self._eligibility_lost(before)
+        if self._on_metadata_updated is not None:
+            self._on_metadata_updated()
         return UpdateMetadataResponse()
 
 

@@ -32,7 +32,9 @@ It builds and wires the broker's parts and owns their lifetimes:
     Server                  the native listener, serving that table; control-plane requests
                             are served only on connections that proved the cluster secret
     Server (kafka)          with a `kafka` entry in `listeners`: the Kafka wire protocol for
-                            Kafka clients, on the same table (runtime/net/kafka_dialect.py);
+                            Kafka clients, on the same table (runtime/net/kafka_dialect.py),
+                            each request held until the first UpdateMetadata
+                            (node/broker/serving_gate.py);
                             no control-plane API is reachable
     BrokerMetrics           Prometheus metrics (runtime/metrics/), always collected in
                             memory; with metrics.port set, request latencies are observed and
@@ -85,6 +87,7 @@ from node.broker.groups import BrokerGroups
 from node.broker.lifecycle import BrokerLifecycle
 from node.broker.offsets_log import RequestPathOffsetsLog
 from node.broker.producer_ids import ProducerIdManager
+from node.broker.serving_gate import MetadataGate
 from runtime.actor import ActorStatistics
 from runtime.clock import Clock
 from runtime.log.manager import LoadedDir, LogManager
@@ -161,6 +164,8 @@ class BrokerNode:
         # Set when the broker cannot go on (every log dir failed); the process main waits on it
         # and exits 1 (node/process.py), as Kafka halts a broker with no live log dir.
         self.failed = asyncio.Event()
+        # Holds Kafka-listener requests until the first UpdateMetadata (serving_gate.py).
+        self.metadata_gate = MetadataGate()
         # The build steps, in dependency order. Parts that need each other's lookups get lambdas
         # that read the attribute at call time, by which point every part exists.
         self._build_storage_and_metrics()
@@ -265,6 +270,8 @@ class BrokerNode:
             isr_change_listener=self.metrics.isr_changes,
             # No log dir left: the process must stop (exit 1, node/process.py).
             on_all_log_dirs_offline=self.failed.set,
+            # Kafka clients are served once the controller's first metadata is in.
+            on_metadata_updated=self.metadata_gate.open,
             clock=clock,
         )
         self.request_path = RequestPath(
@@ -328,7 +335,7 @@ class BrokerNode:
         )
         self.kafka_server: Server | None = None
         if config.kafka_listen_address is not None:
-            kafka = KafkaProtocol(handlers, _TopicIds(replica_manager))
+            kafka = KafkaProtocol(self.metadata_gate.wrap(handlers), _TopicIds(replica_manager))
             self.kafka_server = Server(
                 self._transport,
                 config.kafka_listen_address,

@@ -20,8 +20,9 @@ the acknowledgement naming the last copy. (The leader-epoch bump of the ISR shri
 failed a copy librdkafka had already given up on: it added nothing visible here.) Since the
 restarted broker fences its old incarnation as it registers (finding 10's fix), its cache is
 filled and the dead incarnation leaves the ISRs within milliseconds instead of a session, so
-that window is too short for a metadata refresh to fall in it in these runs; it is not closed:
-the Kafka listener still serves before the first UpdateMetadata.
+that window is too short for a metadata refresh to fall in it in these runs. It is now closed
+too: the Kafka listener holds every request until the broker's first UpdateMetadata
+(node/broker/serving_gate.py), as Kafka's broker processes none before its metadata catch-up.
 
 The producer keeps a few records in flight per partition (explicit partitions, unique values)
 and keeps every delivery report (offset or error). A poller records, through ketch's own client,
