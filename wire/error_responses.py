@@ -6,6 +6,10 @@ error, so a client handles it exactly as a per-partition failure. `error_respons
 for the native messages; both listeners use it (the Kafka dialect for a failed handler, the
 broker's controller forwarder for a forward that could not be delivered). A request type with no
 per-partition shape gets the top-level `error_code` (and `error_message` where it has one).
+
+DescribeTransactions has no partitions but is answered per transactional id, as Kafka's
+`getErrorResponse` does: its Kafka response has no top-level error code, so a code only there
+would reach a Kafka client as "no transactions described".
 """
 
 from __future__ import annotations
@@ -16,6 +20,11 @@ from typing import Any, Final
 
 from wire.errors import ErrorCode
 from wire.messages import (
+    AddPartitionsToTxnPartitionResult,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    AddPartitionsToTxnResult,
+    AddPartitionsToTxnTopicResult,
     CreatableTopicResult,
     CreateTopicsRequest,
     CreateTopicsResponse,
@@ -25,6 +34,13 @@ from wire.messages import (
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     DescribeConfigsResult,
+    DescribedTransaction,
+    DescribeProducersPartitionResponse,
+    DescribeProducersRequest,
+    DescribeProducersResponse,
+    DescribeProducersTopicResponse,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
     EpochEndOffset,
     FetchableTopicResponse,
     FetchRequest,
@@ -46,6 +62,10 @@ from wire.messages import (
     Request,
     Response,
     TopicProduceResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+    TxnOffsetCommitResponsePartition,
+    TxnOffsetCommitResponseTopic,
     WritableTxnMarkerPartitionResult,
     WritableTxnMarkerResult,
     WritableTxnMarkerTopicResult,
@@ -187,6 +207,72 @@ def _describe_configs(request: Any, code: ErrorCode, message: str | None) -> Res
     )
 
 
+def _add_partitions_to_txn(request: Any, code: ErrorCode, message: str | None) -> Response:
+    return AddPartitionsToTxnResponse(
+        results_by_transaction=[
+            AddPartitionsToTxnResult(
+                transactional_id=transaction.transactional_id,
+                topic_results=[
+                    AddPartitionsToTxnTopicResult(
+                        name=topic.name,
+                        results_by_partition=[
+                            AddPartitionsToTxnPartitionResult(
+                                partition_index=p, partition_error_code=code
+                            )
+                            for p in topic.partitions
+                        ],
+                    )
+                    for topic in transaction.topics
+                ],
+            )
+            for transaction in request.transactions
+        ]
+    )
+
+
+def _txn_offset_commit(request: Any, code: ErrorCode, message: str | None) -> Response:
+    return TxnOffsetCommitResponse(
+        topics=[
+            TxnOffsetCommitResponseTopic(
+                name=topic.name,
+                partitions=[
+                    TxnOffsetCommitResponsePartition(
+                        partition_index=p.partition_index, error_code=code
+                    )
+                    for p in topic.partitions
+                ],
+            )
+            for topic in request.topics
+        ]
+    )
+
+
+def _describe_producers(request: Any, code: ErrorCode, message: str | None) -> Response:
+    return DescribeProducersResponse(
+        topics=[
+            DescribeProducersTopicResponse(
+                name=topic.name,
+                partitions=[
+                    DescribeProducersPartitionResponse(
+                        partition_index=p, error_code=code, error_message=message
+                    )
+                    for p in topic.partition_indexes
+                ],
+            )
+            for topic in request.topics
+        ]
+    )
+
+
+def _describe_transactions(request: Any, code: ErrorCode, message: str | None) -> Response:
+    return DescribeTransactionsResponse(
+        transaction_states=[
+            DescribedTransaction(transactional_id=t, error_code=code)
+            for t in request.transactional_ids
+        ]
+    )
+
+
 _BUILDERS: Final[dict[type[Request], Callable[[Any, ErrorCode, str | None], Response]]] = {
     ProduceRequest: _produce,
     FetchRequest: _fetch,
@@ -197,4 +283,8 @@ _BUILDERS: Final[dict[type[Request], Callable[[Any, ErrorCode, str | None], Resp
     DeleteTopicsRequest: _delete_topics,
     DescribeConfigsRequest: _describe_configs,
     WriteTxnMarkersRequest: _write_txn_markers,
+    AddPartitionsToTxnRequest: _add_partitions_to_txn,
+    TxnOffsetCommitRequest: _txn_offset_commit,
+    DescribeProducersRequest: _describe_producers,
+    DescribeTransactionsRequest: _describe_transactions,
 }

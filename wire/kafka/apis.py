@@ -22,26 +22,55 @@ and the few places where Kafka's semantics need more than the field-by-field con
   top-level COORDINATOR_LOAD_IN_PROGRESS alone reads to them as "nothing committed", and a
   consumer would restart from its reset policy). Kafka's own client checks the top level first,
   so the copy changes nothing for it.
+- AddPartitionsToTxn v0-3 (a client's) name one transaction in fields of their own and answer
+  per partition only (`results_by_topic_v3_and_below`); the native message is v4's batched form
+  (KIP-890), which Kafka's brokers send each other to verify a transactional produce. v4 is mapped
+  too; Kafka accepts it only from a principal with ClusterAction, which the handler can decide
+  from `RequestContext.api_version` and `cluster_member` (the native request looks the same).
+- The Kafka responses of AddPartitionsToTxn v0-3, TxnOffsetCommit, DescribeProducers and
+  DescribeTransactions have no top-level error code: a native answer with one is answered on
+  each requested partition (transactional id) instead, as Kafka's `getErrorResponse` does, or
+  it would read as a success.
+- Error codes older clients do not know are answered as Kafka answers them: PRODUCER_FENCED as
+  INVALID_PRODUCER_EPOCH before InitProducerId v4 and AddPartitionsToTxn, AddOffsetsToTxn and
+  EndTxn v2; COORDINATOR_LOAD_IN_PROGRESS as COORDINATOR_NOT_AVAILABLE before TxnOffsetCommit v2.
+
+What is advertised: the Kafka listener serves, and lists in ApiVersions, only the APIs of this
+table that the broker has a handler for (`KafkaProtocol` in runtime/net/kafka_dialect.py), so an
+API mapped here stays unadvertised until node/broker/apis.py serves it.
 
 A handler that fails is answered the way Kafka answers an unexpected exception: the request's
 own topics and partitions, each with the error code (`wire.error_responses`).
+
+The module is one role, the table and its hooks, kept together (a little over 500 lines) so each
+API's version quirks sit beside its entry.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
+from wire.error_responses import error_response
 from wire.errors import ErrorCode
 from wire.kafka.convert import element_class, to_kio, to_native
 from wire.messages import (
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    AddPartitionsToTxnTopic,
+    AddPartitionsToTxnTransaction,
     ApiKey,
     CreateTopicsRequest,
     DeleteTopicsRequest,
     DescribeConfigsRequest,
     DescribeGroupsRequest,
+    DescribeProducersRequest,
+    DescribeTransactionsRequest,
+    EndTxnRequest,
     FetchPartition,
     FetchRequest,
     FetchResponse,
@@ -56,6 +85,7 @@ from wire.messages import (
     LeaveGroupResponse,
     ListGroupsRequest,
     ListOffsetsRequest,
+    ListTransactionsRequest,
     MemberIdentity,
     MetadataRequest,
     OffsetCommitRequest,
@@ -68,6 +98,7 @@ from wire.messages import (
     Request,
     Response,
     SyncGroupRequest,
+    TxnOffsetCommitRequest,
 )
 
 CONSUMER_REPLICA_ID: Final = -1
@@ -289,6 +320,107 @@ def _offset_fetch_response(
     return to_kio(response, response_cls)
 
 
+# -- transactions ----------------------------------------------------------------------------------
+
+ADD_PARTITIONS_TO_TXN_BATCHED: Final = 4
+
+# Codes that clients before a version do not know, and what Kafka answers them instead.
+_FENCED_AS_INVALID_EPOCH: Final[Mapping[int, int]] = {
+    ErrorCode.PRODUCER_FENCED: ErrorCode.INVALID_PRODUCER_EPOCH
+}
+_LOADING_AS_NOT_AVAILABLE: Final[Mapping[int, int]] = {
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: ErrorCode.COORDINATOR_NOT_AVAILABLE
+}
+_CODE_FIELDS: Final = frozenset({"error_code", "partition_error_code"})
+
+
+def _recoded(value: Any, codes: Mapping[int, int]) -> Any:
+    """A native message or struct with the error codes in `codes` replaced, at every depth."""
+    changes: dict[str, Any] = {}
+    for field in dataclasses.fields(value):
+        item = getattr(value, field.name)
+        if field.name in _CODE_FIELDS and item in codes:
+            changes[field.name] = codes[item]
+        elif isinstance(item, list) and item and dataclasses.is_dataclass(item[0]):
+            changes[field.name] = [_recoded(element, codes) for element in item]
+    return dataclasses.replace(value, **changes) if changes else value
+
+
+def _error_per_item(response: Response, response_cls: type[Any], note: object) -> Response:
+    """A top-level error moved onto each item the request named (`error_response`), when the
+    Kafka response has no top-level error code to carry it."""
+    if response.error_code == ErrorCode.NONE or "error_code" in response_cls.__dataclass_fields__:
+        return response
+    assert isinstance(note, Request)
+    return error_response(note, response.error)
+
+
+def _recoded_before(since: int, codes: Mapping[int, int]) -> ResponseHook:
+    """Codes in `codes` replaced for versions before `since`; a top-level error moved onto the
+    items where the version has no top-level code."""
+
+    def hook(response: Response, response_cls: type[Any], note: object, topics: TopicIds) -> Any:
+        response = _error_per_item(response, response_cls, note)
+        if response_cls.__version__ < since:
+            response = _recoded(response, codes)
+        return to_kio(response, response_cls)
+
+    return hook
+
+
+_errors_per_item: Final = _recoded_before(0, {})
+
+
+def _kept_as_note(native: type[Request]) -> RequestHook:
+    """Field-by-field conversion, the request kept for the response hook (to name its items)."""
+
+    def hook(body: Any, version: int, topics: TopicIds) -> tuple[Request, object]:
+        request = to_native(body, native)
+        return request, request
+
+    return hook
+
+
+def _add_partitions_to_txn_request(
+    body: Any, version: int, topics: TopicIds
+) -> tuple[Request, object]:
+    if version >= ADD_PARTITIONS_TO_TXN_BATCHED:
+        request = to_native(body, AddPartitionsToTxnRequest)
+        return request, request
+    # v0-3: one transaction, never verify-only, its fields prefixed in Kafka's schema.
+    transaction = AddPartitionsToTxnTransaction(
+        transactional_id=body.v3_and_below_transactional_id,
+        producer_id=body.v3_and_below_producer_id,
+        producer_epoch=body.v3_and_below_producer_epoch,
+        topics=[to_native(t, AddPartitionsToTxnTopic) for t in body.v3_and_below_topics],
+    )
+    request = AddPartitionsToTxnRequest(transactions=[transaction])
+    return request, request
+
+
+def _add_partitions_to_txn_response(
+    response: Response, response_cls: type[Any], note: object, topics: TopicIds
+) -> Any:
+    version = response_cls.__version__
+    if version >= ADD_PARTITIONS_TO_TXN_BATCHED:
+        return to_kio(response, response_cls)
+    response = _error_per_item(response, response_cls, note)
+    if version < 2:  # PRODUCER_FENCED from v2, as for AddOffsetsToTxn and EndTxn
+        response = _recoded(response, _FENCED_AS_INVALID_EPOCH)
+    assert isinstance(response, AddPartitionsToTxnResponse)
+    assert isinstance(note, AddPartitionsToTxnRequest)
+    # v0-3: the one transaction's results, per partition.
+    (asked,) = note.transactions
+    topic_cls = element_class(response_cls, "results_by_topic_v3_and_below")
+    results = tuple(
+        to_kio(topic, topic_cls)
+        for result in response.results_by_transaction
+        if result.transactional_id == asked.transactional_id
+        for topic in result.topic_results
+    )
+    return to_kio(response, response_cls, results_by_topic_v3_and_below=results)
+
+
 API_VERSIONS_RANGE: Final = (0, 3)
 
 APIS: Final[dict[int, KafkaApi]] = {
@@ -310,7 +442,13 @@ APIS: Final[dict[int, KafkaApi]] = {
         KafkaApi(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 4, OffsetForLeaderEpochRequest),
         KafkaApi(ApiKey.CREATE_TOPICS, 2, 5, CreateTopicsRequest),
         KafkaApi(ApiKey.DELETE_TOPICS, 1, 4, DeleteTopicsRequest),
-        KafkaApi(ApiKey.INIT_PRODUCER_ID, 0, 4, InitProducerIdRequest),
+        KafkaApi(
+            ApiKey.INIT_PRODUCER_ID,
+            0,
+            4,
+            InitProducerIdRequest,
+            response_hook=_recoded_before(4, _FENCED_AS_INVALID_EPOCH),
+        ),
         KafkaApi(ApiKey.DESCRIBE_CONFIGS, 1, 4, DescribeConfigsRequest),
         KafkaApi(
             ApiKey.FIND_COORDINATOR,
@@ -342,5 +480,53 @@ APIS: Final[dict[int, KafkaApi]] = {
         ),
         KafkaApi(ApiKey.DESCRIBE_GROUPS, 0, 5, DescribeGroupsRequest),
         KafkaApi(ApiKey.LIST_GROUPS, 0, 4, ListGroupsRequest),
+        KafkaApi(
+            ApiKey.ADD_PARTITIONS_TO_TXN,
+            0,
+            4,
+            AddPartitionsToTxnRequest,
+            request_hook=_add_partitions_to_txn_request,
+            response_hook=_add_partitions_to_txn_response,
+        ),
+        KafkaApi(
+            ApiKey.ADD_OFFSETS_TO_TXN,
+            0,
+            3,
+            AddOffsetsToTxnRequest,
+            response_hook=_recoded_before(2, _FENCED_AS_INVALID_EPOCH),
+        ),
+        KafkaApi(
+            ApiKey.END_TXN,
+            0,
+            3,
+            EndTxnRequest,
+            response_hook=_recoded_before(2, _FENCED_AS_INVALID_EPOCH),
+        ),
+        KafkaApi(
+            ApiKey.TXN_OFFSET_COMMIT,
+            0,
+            3,
+            TxnOffsetCommitRequest,
+            request_hook=_kept_as_note(TxnOffsetCommitRequest),
+            # Clients before Kafka 2.0 could crash on the loading error (KAFKA-7296).
+            response_hook=_recoded_before(2, _LOADING_AS_NOT_AVAILABLE),
+        ),
+        KafkaApi(
+            ApiKey.DESCRIBE_PRODUCERS,
+            0,
+            0,
+            DescribeProducersRequest,
+            request_hook=_kept_as_note(DescribeProducersRequest),
+            response_hook=_errors_per_item,
+        ),
+        KafkaApi(
+            ApiKey.DESCRIBE_TRANSACTIONS,
+            0,
+            0,
+            DescribeTransactionsRequest,
+            request_hook=_kept_as_note(DescribeTransactionsRequest),
+            response_hook=_errors_per_item,
+        ),
+        KafkaApi(ApiKey.LIST_TRANSACTIONS, 0, 1, ListTransactionsRequest),
     )
 }

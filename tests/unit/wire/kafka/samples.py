@@ -5,6 +5,15 @@ from __future__ import annotations
 from typing import Final
 
 from wire.messages import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnPartitionResult,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    AddPartitionsToTxnResult,
+    AddPartitionsToTxnTopic,
+    AddPartitionsToTxnTopicResult,
+    AddPartitionsToTxnTransaction,
     ApiKey,
     CreatableReplicaAssignment,
     CreatableTopic,
@@ -20,6 +29,18 @@ from wire.messages import (
     DescribeConfigsResourceResult,
     DescribeConfigsResponse,
     DescribeConfigsResult,
+    DescribedProducer,
+    DescribedTransaction,
+    DescribedTransactionTopic,
+    DescribeProducersPartitionResponse,
+    DescribeProducersRequest,
+    DescribeProducersResponse,
+    DescribeProducersTopic,
+    DescribeProducersTopicResponse,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    EndTxnRequest,
+    EndTxnResponse,
     EpochEndOffset,
     FetchableTopicResponse,
     FetchAbortedTransaction,
@@ -30,12 +51,15 @@ from wire.messages import (
     FetchTopic,
     InitProducerIdRequest,
     InitProducerIdResponse,
+    ListedTransaction,
     ListOffsetsPartition,
     ListOffsetsPartitionResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
     ListOffsetsTopic,
     ListOffsetsTopicResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
     MetadataRequest,
     MetadataRequestTopic,
     MetadataResponse,
@@ -55,10 +79,17 @@ from wire.messages import (
     Response,
     TopicProduceData,
     TopicProduceResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitRequestPartition,
+    TxnOffsetCommitRequestTopic,
+    TxnOffsetCommitResponse,
+    TxnOffsetCommitResponsePartition,
+    TxnOffsetCommitResponseTopic,
 )
 
 TOPIC_ID: Final = bytes(range(1, 17))
 RECORDS: Final = b"\x00" * 61 + b"opaque batch bytes"
+TRANSACTIONAL_ID: Final = "payments-7"
 
 REQUESTS: Final[dict[int, Request]] = {
     ApiKey.METADATA: MetadataRequest(
@@ -151,6 +182,60 @@ REQUESTS: Final[dict[int, Request]] = {
     ),
     ApiKey.INIT_PRODUCER_ID: InitProducerIdRequest(
         transaction_timeout_ms=60_000, producer_id=4000, producer_epoch=3
+    ),
+    # One transaction: what Kafka's v0-3 (a client's form) can carry too.
+    ApiKey.ADD_PARTITIONS_TO_TXN: AddPartitionsToTxnRequest(
+        transactions=[
+            AddPartitionsToTxnTransaction(
+                transactional_id=TRANSACTIONAL_ID,
+                producer_id=4000,
+                producer_epoch=3,
+                topics=[
+                    AddPartitionsToTxnTopic(name="orders", partitions=[0, 2]),
+                    AddPartitionsToTxnTopic(name="audit", partitions=[1]),
+                ],
+            )
+        ]
+    ),
+    ApiKey.ADD_OFFSETS_TO_TXN: AddOffsetsToTxnRequest(
+        transactional_id=TRANSACTIONAL_ID, producer_id=4000, producer_epoch=3, group_id="billing"
+    ),
+    ApiKey.END_TXN: EndTxnRequest(
+        transactional_id=TRANSACTIONAL_ID, producer_id=4000, producer_epoch=3, committed=True
+    ),
+    ApiKey.TXN_OFFSET_COMMIT: TxnOffsetCommitRequest(
+        transactional_id=TRANSACTIONAL_ID,
+        group_id="billing",
+        producer_id=4000,
+        producer_epoch=3,
+        generation_id=5,
+        member_id="consumer-1",
+        group_instance_id="billing-0",
+        topics=[
+            TxnOffsetCommitRequestTopic(
+                name="orders",
+                partitions=[
+                    TxnOffsetCommitRequestPartition(
+                        partition_index=0,
+                        committed_offset=41,
+                        committed_leader_epoch=6,
+                        committed_metadata="m",
+                    ),
+                    TxnOffsetCommitRequestPartition(partition_index=2, committed_offset=7),
+                ],
+            )
+        ],
+    ),
+    ApiKey.DESCRIBE_PRODUCERS: DescribeProducersRequest(
+        topics=[DescribeProducersTopic(name="orders", partition_indexes=[0, 1])]
+    ),
+    ApiKey.DESCRIBE_TRANSACTIONS: DescribeTransactionsRequest(
+        transactional_ids=[TRANSACTIONAL_ID, "idle-1"]
+    ),
+    ApiKey.LIST_TRANSACTIONS: ListTransactionsRequest(
+        state_filters=["Ongoing", "PrepareCommit"],
+        producer_id_filters=[4000, 2**40],
+        duration_filter=60_000,
     ),
 }
 
@@ -265,4 +350,96 @@ RESPONSES: Final[dict[int, Response]] = {
         ]
     ),
     ApiKey.INIT_PRODUCER_ID: InitProducerIdResponse(producer_id=4000, producer_epoch=4),
+    ApiKey.ADD_PARTITIONS_TO_TXN: AddPartitionsToTxnResponse(
+        results_by_transaction=[
+            AddPartitionsToTxnResult(
+                transactional_id=TRANSACTIONAL_ID,
+                topic_results=[
+                    AddPartitionsToTxnTopicResult(
+                        name="orders",
+                        results_by_partition=[
+                            AddPartitionsToTxnPartitionResult(partition_index=0),
+                            AddPartitionsToTxnPartitionResult(
+                                partition_index=2, partition_error_code=55
+                            ),
+                        ],
+                    ),
+                    AddPartitionsToTxnTopicResult(
+                        name="audit",
+                        results_by_partition=[
+                            AddPartitionsToTxnPartitionResult(
+                                partition_index=1, partition_error_code=3
+                            )
+                        ],
+                    ),
+                ],
+            )
+        ]
+    ),
+    ApiKey.ADD_OFFSETS_TO_TXN: AddOffsetsToTxnResponse(error_code=51),
+    ApiKey.END_TXN: EndTxnResponse(error_code=48),
+    ApiKey.TXN_OFFSET_COMMIT: TxnOffsetCommitResponse(
+        topics=[
+            TxnOffsetCommitResponseTopic(
+                name="orders",
+                partitions=[
+                    TxnOffsetCommitResponsePartition(partition_index=0),
+                    TxnOffsetCommitResponsePartition(partition_index=2, error_code=22),
+                ],
+            )
+        ]
+    ),
+    ApiKey.DESCRIBE_PRODUCERS: DescribeProducersResponse(
+        topics=[
+            DescribeProducersTopicResponse(
+                name="orders",
+                partitions=[
+                    DescribeProducersPartitionResponse(
+                        partition_index=0,
+                        active_producers=[
+                            DescribedProducer(
+                                producer_id=4000,
+                                producer_epoch=3,
+                                last_sequence=99,
+                                last_timestamp=1_700_000_000_000,
+                                coordinator_epoch=2,
+                                current_txn_start_offset=1500,
+                            ),
+                            DescribedProducer(
+                                producer_id=12, producer_epoch=0, coordinator_epoch=-1
+                            ),
+                        ],
+                    ),
+                    DescribeProducersPartitionResponse(
+                        partition_index=1, error_code=6, error_message="not the leader"
+                    ),
+                ],
+            )
+        ]
+    ),
+    ApiKey.DESCRIBE_TRANSACTIONS: DescribeTransactionsResponse(
+        transaction_states=[
+            DescribedTransaction(
+                transactional_id=TRANSACTIONAL_ID,
+                transaction_state="Ongoing",
+                transaction_timeout_ms=60_000,
+                transaction_start_time_ms=1_700_000_000_123,
+                producer_id=4000,
+                producer_epoch=3,
+                topics=[DescribedTransactionTopic(topic="orders", partitions=[0, 2])],
+            ),
+            # Start time 0, not the native -1 ("none"): kio cannot read a negative time back.
+            DescribedTransaction(
+                transactional_id="idle-1", error_code=105, transaction_start_time_ms=0
+            ),
+        ]
+    ),
+    ApiKey.LIST_TRANSACTIONS: ListTransactionsResponse(
+        unknown_state_filters=["Hanging"],
+        transaction_states=[
+            ListedTransaction(
+                transactional_id=TRANSACTIONAL_ID, producer_id=4000, transaction_state="Ongoing"
+            )
+        ],
+    ),
 }

@@ -15,7 +15,7 @@ from kio.static.constants import EntityType
 
 from wire.error_responses import error_response
 from wire.errors import ErrorCode, ProtocolError
-from wire.kafka.apis import APIS, FetchByIds
+from wire.kafka.apis import ADD_PARTITIONS_TO_TXN_BATCHED, APIS, FetchByIds
 from wire.kafka.codec import (
     KafkaFrameError,
     decode_request,
@@ -26,6 +26,10 @@ from wire.kafka.codec import (
 )
 from wire.kafka.convert import SchemaMismatch, element_class, to_kio, to_native
 from wire.messages import (
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    AddPartitionsToTxnResult,
+    AddPartitionsToTxnTopicResult,
     ApiKey,
     FetchableTopicResponse,
     FetchRequest,
@@ -36,6 +40,7 @@ from wire.messages import (
     PartitionProduceData,
     PartitionProduceResponse,
     ProduceRequest,
+    Response,
 )
 
 from .helpers import request_frame, response_body
@@ -55,6 +60,8 @@ FETCH_NO_TOPICS = FetchRequest(max_wait_ms=500, min_bytes=1, isolation_level=1, 
 def kio_request(api_key: int, version: int) -> Any:
     request_cls = schema(api_key, version, EntityType.request)
     native = REQUESTS[api_key]
+    if api_key == ApiKey.ADD_PARTITIONS_TO_TXN and version < ADD_PARTITIONS_TO_TXN_BATCHED:
+        return add_partitions_client_form(native, request_cls)
     if api_key != ApiKey.FETCH or version < 13:
         return to_kio(native, request_cls)
     assert isinstance(native, FetchRequest)
@@ -70,28 +77,42 @@ def kio_request(api_key: int, version: int) -> Any:
     return to_kio(native, request_cls, topics=topics)
 
 
-def native_round_trip_request(api_key: int, version: int) -> Any:
+def add_partitions_client_form(native: Any, request_cls: type[Any]) -> Any:
+    """AddPartitionsToTxn v0-3 as a client sends it: its one transaction in fields of their own."""
+    assert isinstance(native, AddPartitionsToTxnRequest)
+    (transaction,) = native.transactions
+    topic_cls = element_class(request_cls, "v3_and_below_topics")
+    return request_cls(
+        v3_and_below_transactional_id=transaction.transactional_id,
+        v3_and_below_producer_id=transaction.producer_id,
+        v3_and_below_producer_epoch=transaction.producer_epoch,
+        v3_and_below_topics=tuple(to_kio(t, topic_cls) for t in transaction.topics),
+    )
+
+
+def native_round_trip_request(api_key: int, version: int) -> tuple[Any, object]:
+    """(native request, the API's note) of the sample request sent at `version`."""
     frame = request_frame(api_key, version, kio_request(api_key, version))
     request = decode_request(frame, read_prefix(frame))
     assert (request.api_key, request.api_version, request.correlation_id) == (api_key, version, 9)
     assert request.client_id == "test-client"
     native, note = APIS[api_key].native_request(request.body, version, TOPICS)
-    if note is not None:  # Fetch by topic id: fetched under the name the id resolves to
+    if isinstance(note, FetchByIds):  # Fetch by topic id: fetched under the name the id resolves to
         assert note == FetchByIds({"orders": TOPIC_ID}, [])
-    return native
+    return native, note
 
 
-def native_round_trip_response(api_key: int, version: int) -> Any:
+def kafka_answer(api_key: int, version: int, response: Response, note: object) -> Any:
+    """A native response as a Kafka client reads it at `version`, and back as a native one."""
     response_cls = schema(api_key, version, EntityType.response)
-    api = APIS[api_key]
-    by_id = api_key == ApiKey.FETCH and version >= 13
-    note = FetchByIds({"orders": TOPIC_ID}, []) if by_id else None
-    kio_body = api.kio_response(RESPONSES[api_key], response_cls, note, TOPICS)
+    kio_body = APIS[api_key].kio_response(response, response_cls, note, TOPICS)
     correlation_id, body = response_body(encode_response(77, kio_body), response_cls)
     assert correlation_id == 77
-    if note is not None:
+    if isinstance(note, FetchByIds):
         return fetch_by_name(body)
-    return to_native(body, type(RESPONSES[api_key]))
+    if api_key == ApiKey.ADD_PARTITIONS_TO_TXN and version < ADD_PARTITIONS_TO_TXN_BATCHED:
+        return add_partitions_batched(body, note)
+    return to_native(body, type(response))
 
 
 class Topics:
@@ -120,20 +141,30 @@ def fetch_by_name(body: Any) -> FetchResponse:
     )
 
 
+def add_partitions_batched(body: Any, note: object) -> AddPartitionsToTxnResponse:
+    """An AddPartitionsToTxn v0-3 answer (per partition) as the native one (per transaction)."""
+    assert isinstance(note, AddPartitionsToTxnRequest)
+    (transaction,) = note.transactions
+    return AddPartitionsToTxnResponse(
+        results_by_transaction=[
+            AddPartitionsToTxnResult(
+                transactional_id=transaction.transactional_id,
+                topic_results=[
+                    to_native(t, AddPartitionsToTxnTopicResult)
+                    for t in body.results_by_topic_v3_and_below
+                ],
+            )
+        ]
+    )
+
+
 @pytest.mark.parametrize(("api_key", "version"), SERVED)
 def test_every_served_version_round_trips_and_is_stable(api_key: int, version: int) -> None:
-    request = native_round_trip_request(api_key, version)
+    request, note = native_round_trip_request(api_key, version)
     assert isinstance(request, type(REQUESTS[api_key]))
-    response = native_round_trip_response(api_key, version)
+    response = kafka_answer(api_key, version, RESPONSES[api_key], note)
     # What a version can carry comes back unchanged on a second trip (no drift, no invention).
-    if api_key == ApiKey.FETCH and version >= 13:
-        return  # by topic id: covered by the newest-version test below
-    response_cls = schema(api_key, version, EntityType.response)
-    again = to_native(
-        response_body(encode_response(1, to_kio(response, response_cls)), response_cls)[1],
-        type(response),
-    )
-    assert again == response
+    assert kafka_answer(api_key, version, response, note) == response
 
 
 # What the newest served version does not carry: API -> (result list, {field: native default}).
@@ -146,8 +177,9 @@ _NOT_CARRIED: dict[int, tuple[str, dict[str, Any]]] = {
 @pytest.mark.parametrize("api_key", sorted(REQUESTS))
 def test_the_newest_version_carries_every_native_field(api_key: int) -> None:
     newest = APIS[api_key].high
-    assert native_round_trip_request(api_key, newest) == REQUESTS[api_key]
-    response = native_round_trip_response(api_key, newest)
+    request, note = native_round_trip_request(api_key, newest)
+    assert request == REQUESTS[api_key]
+    response = kafka_answer(api_key, newest, RESPONSES[api_key], note)
     expected = RESPONSES[api_key]
     if api_key in _NOT_CARRIED:
         results, defaults = _NOT_CARRIED[api_key]
@@ -278,7 +310,9 @@ def test_error_response_names_every_requested_partition() -> None:
         # Each converts to every served version (a failed handler is answered at any version).
         api = APIS[api_key]
         for version in range(api.low, api.high + 1):
-            encode_response(1, to_kio(answer, schema(api_key, version, EntityType.response)))
+            response_cls = schema(api_key, version, EntityType.response)
+            note = native_round_trip_request(api_key, version)[1]
+            encode_response(1, api.kio_response(answer, response_cls, note, TOPICS))
     assert isinstance(REQUESTS[ApiKey.FETCH], FetchRequest)
     assert isinstance(REQUESTS[ApiKey.PRODUCE], ProduceRequest)
     assert isinstance(RESPONSES[ApiKey.METADATA], MetadataResponse)

@@ -96,12 +96,19 @@ KAFKA_API_KEYS = {
     "INIT_PRODUCER_ID": 22,
     "DESCRIBE_CONFIGS": 32,
     "OFFSET_FOR_LEADER_EPOCH": 23,
+    "ADD_PARTITIONS_TO_TXN": 24,
+    "ADD_OFFSETS_TO_TXN": 25,
+    "END_TXN": 26,
     "WRITE_TXN_MARKERS": 27,
+    "TXN_OFFSET_COMMIT": 28,
     "SASL_AUTHENTICATE": 36,
     "ALTER_PARTITION": 56,
     "DESCRIBE_CLUSTER": 60,
+    "DESCRIBE_PRODUCERS": 61,
     "BROKER_REGISTRATION": 62,
     "BROKER_HEARTBEAT": 63,
+    "DESCRIBE_TRANSACTIONS": 65,
+    "LIST_TRANSACTIONS": 66,
     "ALLOCATE_PRODUCER_IDS": 67,
 }
 
@@ -112,7 +119,7 @@ def test_api_keys_are_kafkas() -> None:
 
 def test_supported_versions_lists_every_implemented_api() -> None:
     implemented = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 22}
-    implemented |= {23, 27, 32, 36, 56, 60, 62, 63, 67}
+    implemented |= {23, 24, 25, 26, 27, 28, 32, 36, 56, 60, 61, 62, 63, 65, 66, 67}
     assert m.supported_versions() == dict.fromkeys(sorted(implemented), (0, 0))
 
 
