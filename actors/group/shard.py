@@ -51,8 +51,7 @@ import contextlib
 import logging
 import random
 from collections.abc import Coroutine
-from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from actors.group import membership, offsets
 from actors.group.config import GroupCoordinatorConfig
@@ -74,6 +73,7 @@ from actors.group.messages import (
 )
 from actors.group.metadata import Group, GroupState, states_named
 from actors.group.state import AfterWrite, ShardState
+from actors.partition_log import InternalTopicLog, LogChunk
 from runtime.actor import Actor, MailboxError, handles
 from runtime.clock import NS_PER_MS, Alarm, Clock
 from wire.errors import ErrorCode
@@ -114,36 +114,9 @@ LOAD_RETRY_BACKOFF_MS: Final = 100
 LOAD_RETRY_BACKOFF_MAX_MS: Final = 1_000
 
 
-@dataclass(frozen=True, slots=True)
-class LogChunk:
-    """What a read of the offsets partition returns: stored batches from an offset, the next
-    offset to read, and the partition's high watermark and log start."""
-
-    records: bytes
-    next_offset: int
-    high_watermark: int
-    log_start_offset: int
-
-
-class OffsetsLog(Protocol):
-    """The offsets partitions as the coordinator uses them (the node implements it on the
-    broker's request path)."""
-
-    async def append(self, partition: int, records: bytes) -> ErrorCode:
-        """Append as leader with acks=all; NONE once every in-sync replica has the records."""
-        ...
-
-    async def read(self, partition: int, offset: int, max_bytes: int) -> LogChunk | ErrorCode:
-        """Committed records (below the high watermark) from `offset`, or from the log start
-        when that is later."""
-        ...
-
-    async def wait_committed(self, partition: int) -> ErrorCode:
-        """Until the high watermark of a new leader covers its whole log as of its election
-        (everything the previous leader acknowledged): a follower learns the HW one fetch
-        late, so loading up to a fresh leader's HW at once could miss the last commits. NONE
-        once it does; an error when it gives up first (the load then fails and is retried)."""
-        ...
+# The offsets partitions as the coordinator uses them (the node implements it on the broker's
+# request path, node/broker/offsets_log.py).
+OffsetsLog = InternalTopicLog
 
 
 class GroupShard(Actor):

@@ -80,7 +80,6 @@ from wire.messages.data import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
 )
-from wire.records import ATTRIBUTES_OFFSET, TRANSACTIONAL_BIT
 from wire.topic import TopicPartition
 
 R = TypeVar("R")
@@ -92,7 +91,6 @@ DEFAULT_MESSAGE_MAX_BYTES: Final = 1024 * 1024 + 12  # Kafka's message.max.bytes
 # How long a transaction marker waits for the ISR (Kafka's coordinator uses its request timeout,
 # request.timeout.ms, 30 s by default); the coordinator retries a marker that timed out.
 MARKER_TIMEOUT_MS: Final = 30_000
-_ATTRIBUTES_LOW_BYTE: Final = ATTRIBUTES_OFFSET + 1  # the int16's low byte holds the flags
 
 PartitionLookup = Callable[[TopicPartition], PartitionActor | None]
 
@@ -197,12 +195,6 @@ class RequestPath:
             return ErrorCode.INVALID_REQUEST
         if len(records) > self._message_max_bytes:
             return ErrorCode.MESSAGE_TOO_LARGE
-        if _is_transactional(records):
-            # Until the transaction coordinator exists nothing would ever end such a
-            # transaction, and it would hold back every read_committed consumer for good.
-            # (InitProducerId already refuses transactional ids, so no well-behaved client
-            # gets here.)
-            return ErrorCode.INVALID_TXN_STATE
         actor = self._partitions(tp)
         if actor is None:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -486,14 +478,6 @@ def _duplicated(tps: Iterable[TopicPartition]) -> frozenset[TopicPartition]:
 
 
 # -- building answers ------------------------------------------------------------------------------
-
-
-def _is_transactional(records: bytes) -> bool:
-    """Whether the first batch says it is transactional (attributes, bytes 21-22; a batch too
-    short to say is judged by the log's own checks)."""
-    return len(records) > _ATTRIBUTES_LOW_BYTE and bool(
-        records[_ATTRIBUTES_LOW_BYTE] & TRANSACTIONAL_BIT
-    )
 
 
 def _produce_answer(

@@ -39,7 +39,12 @@ from node.broker.forwarder import ControllerForwarder
 from node.broker.groups import BrokerGroups
 from node.broker.producer_ids import ProducerIdManager
 from runtime.net.dialect import Handler, RequestContext
+from wire.error_responses import error_response
+from wire.errors import ErrorCode
+from wire.kafka.apis import ADD_PARTITIONS_TO_TXN_BATCHED
 from wire.messages import (
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
     ApiKey,
     CreateTopicsRequest,
     CreateTopicsResponse,
@@ -51,6 +56,8 @@ from wire.messages import (
     DescribeConfigsResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
+    EndTxnRequest,
+    EndTxnResponse,
     FetchRequest,
     FetchResponse,
     FindCoordinatorRequest,
@@ -126,6 +133,9 @@ class BrokerApis:
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
             ApiKey.METADATA: self.metadata,
             ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
+            # transactions (the coordinator on __transaction_state)
+            ApiKey.ADD_PARTITIONS_TO_TXN: self.add_partitions_to_txn,
+            ApiKey.END_TXN: self.end_txn,
             # admin, forwarded to the controller (KIP-590), and configs
             ApiKey.CREATE_TOPICS: self.create_topics,
             ApiKey.DELETE_TOPICS: self.delete_topics,
@@ -188,7 +198,29 @@ class BrokerApis:
     async def init_producer_id(
         self, request: InitProducerIdRequest, ctx: RequestContext
     ) -> InitProducerIdResponse:
+        if request.transactional_id is not None and self._groups.transactions is not None:
+            return await self._groups.transactions.init_producer_id(request)
         return await self._producer_ids.init_producer_id(request)
+
+    async def add_partitions_to_txn(
+        self, request: AddPartitionsToTxnRequest, ctx: RequestContext
+    ) -> AddPartitionsToTxnResponse:
+        transactions = self._groups.transactions
+        # v4's batched form is for brokers (KIP-890): a Kafka client may not send it.
+        refused = ctx.listener == KAFKA_LISTENER and (
+            ctx.api_version >= ADD_PARTITIONS_TO_TXN_BATCHED and not ctx.cluster_member
+        )
+        if transactions is None or refused:
+            code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED if refused else ErrorCode.NOT_COORDINATOR
+            response = error_response(request, code)
+            assert isinstance(response, AddPartitionsToTxnResponse), response
+            return response
+        return await transactions.add_partitions_to_txn(request)
+
+    async def end_txn(self, request: EndTxnRequest, ctx: RequestContext) -> EndTxnResponse:
+        if self._groups.transactions is None:
+            return EndTxnResponse(error_code=ErrorCode.NOT_COORDINATOR)
+        return await self._groups.transactions.end_txn(request)
 
     # -- admin ------------------------------------------------------------------------------------
 

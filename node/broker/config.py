@@ -39,6 +39,7 @@ from actors.group.config import GroupCoordinatorConfig
 from actors.metadata_cache import DEFAULT_LISTENER
 from actors.replication.config import ReplicaFetcherConfig, ReplicaManagerConfig
 from actors.replication.request_path import DEFAULT_MESSAGE_MAX_BYTES
+from actors.transactions.config import TransactionConfig
 from client.config import ClientConfig
 from node.broker.lifecycle import BrokerLifecycleConfig
 from runtime.log.config import LogManagerConfig
@@ -157,6 +158,8 @@ class BrokerConfig:
     metrics_port: int = METRICS_DISABLED
     # The consumer-group coordinator (offsets.* and group.* keys, actors/group/config.py).
     groups: GroupCoordinatorConfig = field(default_factory=GroupCoordinatorConfig)
+    # The transaction coordinator (transaction.* keys, actors/transactions/config.py).
+    transactions: TransactionConfig = field(default_factory=TransactionConfig)
 
     def __post_init__(self) -> None:
         if self.broker_id < 0:
@@ -224,6 +227,7 @@ class BrokerConfig:
             lifecycle=BrokerLifecycleConfig.from_properties(properties),
             metrics_port=metrics_port(properties),
             groups=GroupCoordinatorConfig.from_properties(properties),
+            transactions=TransactionConfig.from_properties(properties),
         )
 
 
@@ -293,7 +297,7 @@ def property_defaults() -> dict[str, bool | int | float | str]:
     for key, name in _BROKER_LOG_FIELDS.items():
         defaults[key] = getattr(log_defaults, name)
     read_by_components = {}
-    for component in (fetcher, server, lifecycle, GroupCoordinatorConfig()):
+    for component in (fetcher, server, lifecycle, GroupCoordinatorConfig(), TransactionConfig()):
         read_by_components.update(defaults_by_property(component))
     client_defaults = defaults_by_property(client)
     read_by_components.update({key: client_defaults[key] for key in _CLIENT_KEYS})

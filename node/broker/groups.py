@@ -1,12 +1,13 @@
-"""A broker's consumer-group service: the GroupCoordinator and FindCoordinator (the group APIs'
-handlers are in node/broker/apis.py, with every other API's).
+"""A broker's coordinators and FindCoordinator: the GroupCoordinator on `__consumer_offsets` and
+the TransactionCoordinator on `__transaction_state` (their APIs' handlers are in
+node/broker/apis.py, with every other API's).
 
-FindCoordinator answers with the leader of the group's `__consumer_offsets` partition at the
+FindCoordinator answers with the leader of the key's partition of the coordinator's topic at the
 asking listener's address (so a Kafka client gets a Kafka-listener address). The first
-FindCoordinator on a cluster without the offsets topic creates it through the controller, as
-Kafka's brokers do on first use: offsets.topic.num.partitions partitions,
-min(offsets.topic.replication.factor, live brokers) replicas, compacted; the answer meanwhile
-is COORDINATOR_NOT_AVAILABLE, which clients retry.
+FindCoordinator on a cluster without that topic creates it through the controller, as Kafka's
+brokers do on first use: compacted, with the coordinator's partition count and replication
+factor at most the live brokers (and for the transaction log a min.insync.replicas within
+them); the answer meanwhile is COORDINATOR_NOT_AVAILABLE, which clients retry.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Final
 
 from actors.group.coordinator import GroupCoordinator
 from actors.metadata_cache import MetadataSnapshot
+from actors.transactions.coordinator import TransactionCoordinator
 from wire.errors import ErrorCode
 from wire.group_records import OFFSETS_TOPIC
 from wire.messages import (
@@ -29,13 +32,24 @@ from wire.messages import (
     FindCoordinatorRequest,
     FindCoordinatorResponse,
 )
-from wire.messages.groups import COORDINATOR_GROUP
+from wire.messages.groups import COORDINATOR_GROUP, COORDINATOR_TRANSACTION
 from wire.topic import TopicPartition
+from wire.transaction_log import TRANSACTION_STATE_TOPIC
 
 log = logging.getLogger(__name__)
 
 OFFSETS_SEGMENT_BYTES: Final = "104857600"  # Kafka's offsets.topic.segment.bytes
 NO_TRANSACTIONS: Final = "ketch has no transaction coordinator: transactions are not supported"
+
+
+@dataclass(frozen=True, slots=True)
+class _InternalTopic:
+    """An internal topic a coordinator lives on: how a key maps to its partition, and how to
+    create it on first use."""
+
+    name: str
+    partition_of: Callable[[str], int]
+    create: Callable[[MetadataSnapshot], CreatableTopic]
 
 
 class BrokerGroups:
@@ -45,24 +59,47 @@ class BrokerGroups:
         *,
         metadata: Callable[[], MetadataSnapshot],
         create_topics: Callable[[CreateTopicsRequest], Awaitable[CreateTopicsResponse]],
+        transactions: TransactionCoordinator | None = None,
     ) -> None:
         self.coordinator = coordinator
+        self.transactions = transactions
         self._metadata = metadata
         self._create_topics = create_topics
-        self._creating: asyncio.Task[None] | None = None
+        self._creating: dict[str, asyncio.Task[None]] = {}
+        self._topics = {
+            COORDINATOR_GROUP: _InternalTopic(
+                OFFSETS_TOPIC, coordinator.partition_of, self._offsets_topic
+            )
+        }
+        if transactions is not None:
+            self._topics[COORDINATOR_TRANSACTION] = _InternalTopic(
+                TRANSACTION_STATE_TOPIC, transactions.partition_of, self._transaction_topic
+            )
 
     async def find_coordinator(
         self, request: FindCoordinatorRequest, listener: str
     ) -> FindCoordinatorResponse:
-        if request.key_type != COORDINATOR_GROUP:
-            return _unavailable(request.coordinator_keys, NO_TRANSACTIONS)
+        topic = self._topics.get(request.key_type)
+        if topic is None:
+            if request.key_type == COORDINATOR_TRANSACTION:
+                return _unavailable(request.coordinator_keys, NO_TRANSACTIONS)
+            return FindCoordinatorResponse(
+                coordinators=[
+                    Coordinator(
+                        key=key,
+                        error_code=ErrorCode.INVALID_REQUEST,
+                        error_message=f"unknown coordinator key type {request.key_type}",
+                    )
+                    for key in request.coordinator_keys
+                ]
+            )
         metadata = self._metadata()
-        if not metadata.has_topic(OFFSETS_TOPIC):
-            self._create_offsets_topic(metadata)
-            return _unavailable(request.coordinator_keys, f"creating {OFFSETS_TOPIC}")
+        if not metadata.has_topic(topic.name):
+            self._create_topic(topic.name, topic.create(metadata))
+            return _unavailable(request.coordinator_keys, f"creating {topic.name}")
         answers = []
         for key in request.coordinator_keys:
-            tp = TopicPartition(OFFSETS_TOPIC, self.coordinator.partition_of(key))
+            tp = TopicPartition(topic.name, topic.partition_of(key))
             state = metadata.partition_state(tp)
             endpoint = metadata.leader_endpoint(tp, listener)
             if state is None or endpoint is None:
@@ -81,26 +118,44 @@ class BrokerGroups:
                 )
         return FindCoordinatorResponse(coordinators=answers)
 
-    def _create_offsets_topic(self, metadata: MetadataSnapshot) -> None:
-        if self._creating is not None and not self._creating.done():
-            return
+    def _offsets_topic(self, metadata: MetadataSnapshot) -> CreatableTopic:
         config = self.coordinator.config
         replicas = min(config.offsets_topic_replication_factor, len(metadata.alive_broker_ids()))
-        request = CreateTopicsRequest(
-            topics=[
-                CreatableTopic(
-                    name=OFFSETS_TOPIC,
-                    num_partitions=config.offsets_topic_num_partitions,
-                    replication_factor=max(replicas, 1),
-                    configs=[
-                        CreatableTopicConfig(name="cleanup.policy", value="compact"),
-                        CreatableTopicConfig(
-                            name="segment.bytes", value=str(OFFSETS_SEGMENT_BYTES)
-                        ),
-                    ],
-                )
-            ]
+        return CreatableTopic(
+            name=OFFSETS_TOPIC,
+            num_partitions=config.offsets_topic_num_partitions,
+            replication_factor=max(replicas, 1),
+            configs=[
+                CreatableTopicConfig(name="cleanup.policy", value="compact"),
+                CreatableTopicConfig(name="segment.bytes", value=str(OFFSETS_SEGMENT_BYTES)),
+            ],
         )
+
+    def _transaction_topic(self, metadata: MetadataSnapshot) -> CreatableTopic:
+        """Kafka's defaults (RF 3, min.insync.replicas 2) where the cluster has the brokers;
+        on a smaller cluster as many replicas as there are brokers and min ISR within them, so a
+        one-broker cluster can run transactions."""
+        assert self.transactions is not None
+        config = self.transactions.config
+        replicas = max(1, min(config.replication_factor, len(metadata.alive_broker_ids())))
+        return CreatableTopic(
+            name=TRANSACTION_STATE_TOPIC,
+            num_partitions=config.num_partitions,
+            replication_factor=replicas,
+            configs=[
+                CreatableTopicConfig(name="cleanup.policy", value="compact"),
+                CreatableTopicConfig(name="segment.bytes", value=str(config.segment_bytes)),
+                CreatableTopicConfig(
+                    name="min.insync.replicas", value=str(min(config.min_isr, replicas))
+                ),
+            ],
+        )
+
+    def _create_topic(self, name: str, topic: CreatableTopic) -> None:
+        running = self._creating.get(name)
+        if running is not None and not running.done():
+            return
+        request = CreateTopicsRequest(topics=[topic])
 
         async def create() -> None:
             response = await self._create_topics(request)
@@ -108,18 +163,19 @@ class BrokerGroups:
                 if result.error_code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
                     log.warning(
                         "creating %s failed: %s %s",
-                        OFFSETS_TOPIC,
+                        name,
                         ErrorCode.from_code(result.error_code).name,
                         result.error_message or "",
                     )
 
-        self._creating = asyncio.get_running_loop().create_task(create())
+        self._creating[name] = asyncio.get_running_loop().create_task(create())
 
     async def stop(self) -> None:
-        task, self._creating = self._creating, None
-        if task is not None and not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        tasks, self._creating = list(self._creating.values()), {}
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _unavailable(keys: list[str], message: str) -> FindCoordinatorResponse:

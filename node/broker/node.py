@@ -66,7 +66,7 @@ import asyncio
 import contextlib
 import enum
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Final
 
 from actors.group.coordinator import GroupCoordinator
@@ -78,6 +78,7 @@ from actors.replication.fetcher_manager import ReplicaFetcherManager
 from actors.replication.replica_manager import ReplicaManager
 from actors.replication.replica_manager_messages import SetBrokerEpoch
 from actors.replication.request_path import RequestPath
+from actors.transactions.coordinator import TransactionCoordinator
 from client.client import Client
 from node.broker.apis import BrokerApis
 from node.broker.config import KAFKA_LISTENER, BrokerConfig
@@ -86,8 +87,9 @@ from node.broker.forwarder import ControllerForwarder
 from node.broker.groups import BrokerGroups
 from node.broker.lifecycle import BrokerLifecycle
 from node.broker.offsets_log import RequestPathOffsetsLog
-from node.broker.producer_ids import ProducerIdManager
+from node.broker.producer_ids import ProducerIdManager, ProducerIdsUnavailableError
 from node.broker.serving_gate import MetadataGate
+from node.broker.txn_markers import TxnMarkerSender
 from runtime.actor import ActorStatistics
 from runtime.clock import Clock
 from runtime.log.manager import LoadedDir, LogManager
@@ -97,6 +99,7 @@ from runtime.metrics.registry import METRICS_DISABLED
 from runtime.net.kafka_dialect import KafkaProtocol
 from runtime.net.server import Server
 from runtime.net.transport import Address, Transport
+from wire.errors import ErrorCode
 from wire.group_records import OFFSETS_TOPIC
 from wire.messages import (
     AllocateProducerIdsRequest,
@@ -107,6 +110,8 @@ from wire.messages import (
     Request,
     Response,
 )
+from wire.topic import TopicPartition
+from wire.transaction_log import TRANSACTION_STATE_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -261,9 +266,7 @@ class BrokerNode:
             self.delayed,
             self.alter_partition,
             # Seed 002: leadership of __consumer_offsets partitions moves the groups with it.
-            on_leadership_change=lambda leaders, followers: (
-                self.group_coordinator.on_leadership_change(leaders, followers)
-            ),
+            on_leadership_change=self._leadership_changed,
             on_partitions_deleted=lambda deleted: self.group_coordinator.on_partitions_deleted(
                 deleted
             ),
@@ -294,10 +297,40 @@ class BrokerNode:
             offsets_partitions=self._offsets_partitions,
             seed=self.broker_id,
         )
+        # Sends only to named leaders (never bootstraps): any address satisfies the client.
+        self._marker_client = Client(
+            [config.listen_address],
+            transport=self._transport,
+            clock=clock,
+            client_id=f"broker-{self.broker_id}-txn-markers",
+            config=config.client,
+            credential=self._secret,
+        )
+        self.txn_coordinator = TransactionCoordinator(
+            RequestPathOffsetsLog(
+                self.request_path,
+                config.transactions.write_timeout_ms,
+                clock,
+                topic=TRANSACTION_STATE_TOPIC,
+            ),
+            TxnMarkerSender(
+                self._marker_client,
+                lambda: self.replica_manager.metadata,
+                clock=clock,
+                retry_backoff_ms=config.client.retry_backoff_ms,
+                retry_backoff_max_ms=config.client.retry_backoff_max_ms,
+            ),
+            config.transactions,
+            clock=clock,
+            new_producer_id=self._new_producer_id,
+            coordinator_epoch=self._transaction_log_epoch,
+            state_partitions=lambda: self._partition_count(TRANSACTION_STATE_TOPIC),
+        )
         self.groups = BrokerGroups(
             self.group_coordinator,
             metadata=lambda: self.replica_manager.metadata,
             create_topics=self.forwarder.create_topics,
+            transactions=self.txn_coordinator,
         )
 
     def _build_listeners(self) -> None:
@@ -394,8 +427,30 @@ class BrokerNode:
         return listeners
 
     def _offsets_partitions(self) -> int | None:
-        topic = self.replica_manager.metadata.topics.get(OFFSETS_TOPIC)
+        return self._partition_count(OFFSETS_TOPIC)
+
+    def _partition_count(self, name: str) -> int | None:
+        topic = self.replica_manager.metadata.topics.get(name)
         return None if topic is None else len(topic.partitions)
+
+    def _leadership_changed(
+        self, leaders: Sequence[TopicPartition], followers: Sequence[TopicPartition]
+    ) -> None:
+        # Seed 002: leadership of the internal topics' partitions moves the coordinators with it.
+        self.group_coordinator.on_leadership_change(leaders, followers)
+        self.txn_coordinator.on_leadership_change(leaders, followers)
+
+    def _transaction_log_epoch(self, partition: int) -> int:
+        """The coordinator epoch of a loaded `__transaction_state` partition: its leader epoch
+        here (Kafka's), which fences markers of the coordinators before it."""
+        actor = self.replica_manager.partition(TopicPartition(TRANSACTION_STATE_TOPIC, partition))
+        return -1 if actor is None else actor.view.leader_epoch
+
+    async def _new_producer_id(self) -> int | ErrorCode:
+        try:
+            return await self.producer_ids.generate()
+        except ProducerIdsUnavailableError as exc:
+            return exc.code
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -424,6 +479,7 @@ class BrokerNode:
             )
             await self.alter_partition.start()
             await self.group_coordinator.start()  # before leadership can move to it
+            await self.txn_coordinator.start()
             await self.replica_manager.start()
             await self.server.start()
             if self.kafka_server is not None:
@@ -493,7 +549,7 @@ class BrokerNode:
 
     async def _stop_groups(self) -> None:
         await self.groups.stop()
-        await self.group_coordinator.stop()
+        await asyncio.gather(self.group_coordinator.stop(), self.txn_coordinator.stop())
 
     async def _stop_servers(self) -> None:
         servers = [self.server] if self.kafka_server is None else [self.server, self.kafka_server]
@@ -513,7 +569,9 @@ class BrokerNode:
     async def _close_clients(self) -> None:
         fetch_clients = list(self._fetch_clients)
         await asyncio.gather(
-            self._control_client.close(), *(client.close() for client in fetch_clients)
+            self._control_client.close(),
+            self._marker_client.close(),
+            *(client.close() for client in fetch_clients),
         )
 
 

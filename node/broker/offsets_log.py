@@ -1,4 +1,6 @@
-"""The offsets partitions as the group coordinator sees them, on the broker's own data path.
+"""An internal topic's partitions as a coordinator sees them (`__consumer_offsets` for the group
+coordinator, `__transaction_state` for the transaction coordinator), on the broker's own data
+path.
 
 Appends are produce requests with acks=all (bounded by offsets.commit.timeout.ms), so a commit
 or a group's assignment is answered only once every in-sync replica has it, exactly as a
@@ -11,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Final
 
-from actors.group.shard import LogChunk
+from actors.partition_log import LogChunk
 from actors.replication.partition_messages import ACKS_ALL
 from actors.replication.request_path import RequestPath
 from runtime.clock import Clock
@@ -41,7 +43,15 @@ COMMITTED_POLL_S: Final = 0.025  # 5 s at most: followers fetch far more often t
 
 
 class RequestPathOffsetsLog:
-    def __init__(self, request_path: RequestPath, commit_timeout_ms: int, clock: Clock) -> None:
+    def __init__(
+        self,
+        request_path: RequestPath,
+        commit_timeout_ms: int,
+        clock: Clock,
+        *,
+        topic: str = OFFSETS_TOPIC,
+    ) -> None:
+        self._topic = topic
         self._path = request_path
         self._commit_timeout_ms = commit_timeout_ms
         self._clock = clock
@@ -60,7 +70,7 @@ class RequestPathOffsetsLog:
                 return ErrorCode.NONE
             error = latest
             await self._clock.sleep(COMMITTED_POLL_S)
-        log.warning("%s-%d: HW still behind: %s", OFFSETS_TOPIC, partition, error.name)
+        log.warning("%s-%d: HW still behind: %s", self._topic, partition, error.name)
         return error
 
     async def append(self, partition: int, records: bytes) -> ErrorCode:
@@ -70,7 +80,7 @@ class RequestPathOffsetsLog:
                 timeout_ms=self._commit_timeout_ms,
                 topic_data=[
                     TopicProduceData(
-                        name=OFFSETS_TOPIC,
+                        name=self._topic,
                         partition_data=[PartitionProduceData(index=partition, records=records)],
                     )
                 ],
@@ -97,7 +107,7 @@ class RequestPathOffsetsLog:
                 max_bytes=max_bytes,
                 topics=[
                     FetchTopic(
-                        topic=OFFSETS_TOPIC,
+                        topic=self._topic,
                         partitions=[
                             FetchPartition(
                                 partition=partition,
@@ -123,7 +133,7 @@ class RequestPathOffsetsLog:
             ListOffsetsRequest(
                 topics=[
                     ListOffsetsTopic(
-                        name=OFFSETS_TOPIC,
+                        name=self._topic,
                         partitions=[
                             ListOffsetsPartition(partition_index=partition, timestamp=timestamp)
                         ],

@@ -1,5 +1,5 @@
 """Transaction markers and read_committed reads on a 3-broker in-process cluster (issue 19; the
-partition side of transactions, before the coordinator exists).
+partition side of transactions, driven here without the coordinator).
 
 A producer's transactional batches are appended on the leader (as the coordinator-verified
 produce path will), interleaved with plain records. A read_committed fetch stops at the first
@@ -7,8 +7,7 @@ offset of the open transaction (the last stable offset) while a read_uncommitted
 to the high watermark. WriteTxnMarkers, sent as the coordinator will (with the cluster
 credential, to the leader), writes an ABORT marker once the ISR has it; read_committed fetches
 then read everything and name the aborted transaction, on the new leader too after the old one
-is killed. A marker of an older producer epoch is refused. Transactional produce from a client
-is refused until the coordinator exists.
+is killed. A marker of an older producer epoch is refused.
 """
 
 from __future__ import annotations
@@ -175,19 +174,6 @@ async def test_markers_end_transactions_and_read_committed_stops_at_the_lso(
         assert uncommitted.high_watermark == 6
         assert uncommitted.aborted_transactions is None
         assert offsets_read(uncommitted) == [0, 1, 2, 3, 4, 5]
-
-        # A client's transactional produce is refused while there is no coordinator.
-        refused = ProduceRequest(
-            acks=-1,
-            timeout_ms=1_000,
-            topic_data=[
-                TopicProduceData(
-                    name=TOPIC,
-                    partition_data=[PartitionProduceData(index=0, records=transactional(4))],
-                )
-            ],
-        )
-        assert only_answer(await send(refused)).error_code == ErrorCode.INVALID_TXN_STATE
 
         assert marker_error(await send(markers(commit=False))) is ErrorCode.NONE  # 6
         committed = only_partition(await send(fetch(READ_COMMITTED)))

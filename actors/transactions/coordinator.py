@@ -1,0 +1,168 @@
+"""`TransactionCoordinator`: a broker's transaction coordinator, one `TransactionShard` per led
+`__transaction_state` partition (Kafka's TransactionCoordinator).
+
+Routing, the leadership hook and the moves are the shared `PartitionRouter`'s
+(actors/partition_router.py): a transactional id belongs to partition `partition_for(id, n)`
+(Java's String.hashCode, as Kafka), and this broker coordinates it while it leads that
+partition. A request for an id led elsewhere is answered NOT_COORDINATOR; one whose partition is
+loading, COORDINATOR_LOAD_IN_PROGRESS. The request methods turn Kafka's requests into the shard's
+messages and its answers back into responses; the rules live in the shard and rules.py.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from actors.partition_log import InternalTopicLog
+from actors.partition_router import PartitionRouter
+from actors.transactions.config import TransactionConfig
+from actors.transactions.shard import (
+    AddPartitions,
+    EndTxn,
+    InitProducerId,
+    MarkerSender,
+    TransactionShard,
+)
+from runtime.actor import MailboxError
+from runtime.clock import Clock
+from wire.errors import ErrorCode
+from wire.messages import (
+    AddPartitionsToTxnPartitionResult,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    AddPartitionsToTxnResult,
+    AddPartitionsToTxnTopicResult,
+    AddPartitionsToTxnTransaction,
+    EndTxnRequest,
+    EndTxnResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+)
+from wire.topic import TopicPartition
+from wire.transaction_log import TRANSACTION_STATE_TOPIC, partition_for
+
+log = logging.getLogger(__name__)
+
+
+class TransactionCoordinator(PartitionRouter[TransactionShard]):
+    def __init__(
+        self,
+        log_: InternalTopicLog,
+        markers: MarkerSender,
+        config: TransactionConfig,
+        *,
+        clock: Clock,
+        new_producer_id: Callable[[], Awaitable[int | ErrorCode]],
+        coordinator_epoch: Callable[[int], int],
+        state_partitions: Callable[[], int | None],
+    ) -> None:
+        """`coordinator_epoch(p)`: the leader epoch of `__transaction_state` partition p here;
+        `state_partitions()`: its partition count in the broker's metadata, None while it does
+        not exist."""
+        super().__init__("txn-coordinator", TRANSACTION_STATE_TOPIC, clock=clock)
+        self._log = log_
+        self._markers = markers
+        self.config = config
+        self._new_producer_id = new_producer_id
+        self._coordinator_epoch = coordinator_epoch
+        self._state_partitions = state_partitions
+
+    def _new_shard(self, partition: int) -> TransactionShard:
+        return TransactionShard(
+            partition,
+            self._log,
+            self._markers,
+            self.config,
+            new_producer_id=self._new_producer_id,
+            coordinator_epoch=self._coordinator_epoch,
+            clock=self.clock,
+        )
+
+    def partition_of(self, transactional_id: str) -> int:
+        partitions = self._state_partitions() or self.config.num_partitions
+        return partition_for(transactional_id, partitions)
+
+    # -- requests ------------------------------------------------------------------------------
+
+    async def init_producer_id(self, request: InitProducerIdRequest) -> InitProducerIdResponse:
+        transactional_id = request.transactional_id or ""
+        shard = self.shard_for(transactional_id)
+        if isinstance(shard, ErrorCode):
+            return InitProducerIdResponse(error_code=shard)
+        try:
+            answer = await shard.ask(
+                InitProducerId(
+                    transactional_id,
+                    request.transaction_timeout_ms,
+                    request.producer_id,
+                    request.producer_epoch,
+                )
+            )
+        except MailboxError:
+            return InitProducerIdResponse(error_code=ErrorCode.NOT_COORDINATOR)
+        return InitProducerIdResponse(
+            error_code=answer.error,
+            producer_id=answer.producer_id,
+            producer_epoch=answer.producer_epoch,
+        )
+
+    async def add_partitions_to_txn(
+        self, request: AddPartitionsToTxnRequest
+    ) -> AddPartitionsToTxnResponse:
+        results = [await self._add_partitions(txn) for txn in request.transactions]
+        return AddPartitionsToTxnResponse(results_by_transaction=results)
+
+    async def _add_partitions(self, txn: AddPartitionsToTxnTransaction) -> AddPartitionsToTxnResult:
+        partitions = frozenset(
+            TopicPartition(topic.name, p) for topic in txn.topics for p in topic.partitions
+        )
+        error: ErrorCode
+        if txn.verify_only:
+            # KIP-890's verification is not built: nothing is ever verified here.
+            error = ErrorCode.UNSUPPORTED_VERSION
+        else:
+            shard = self.shard_for(txn.transactional_id)
+            if isinstance(shard, ErrorCode):
+                error = shard
+            else:
+                try:
+                    error = await shard.ask(
+                        AddPartitions(
+                            txn.transactional_id, txn.producer_id, txn.producer_epoch, partitions
+                        )
+                    )
+                except MailboxError:
+                    error = ErrorCode.NOT_COORDINATOR
+        return AddPartitionsToTxnResult(
+            transactional_id=txn.transactional_id,
+            topic_results=[
+                AddPartitionsToTxnTopicResult(
+                    name=topic.name,
+                    results_by_partition=[
+                        AddPartitionsToTxnPartitionResult(
+                            partition_index=p, partition_error_code=error
+                        )
+                        for p in topic.partitions
+                    ],
+                )
+                for topic in txn.topics
+            ],
+        )
+
+    async def end_txn(self, request: EndTxnRequest) -> EndTxnResponse:
+        shard = self.shard_for(request.transactional_id)
+        if isinstance(shard, ErrorCode):
+            return EndTxnResponse(error_code=shard)
+        try:
+            error = await shard.ask(
+                EndTxn(
+                    request.transactional_id,
+                    request.producer_id,
+                    request.producer_epoch,
+                    request.committed,
+                )
+            )
+        except MailboxError:
+            error = ErrorCode.NOT_COORDINATOR
+        return EndTxnResponse(error_code=error)
