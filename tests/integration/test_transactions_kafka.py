@@ -62,7 +62,9 @@ def read_all(bootstrap: str, isolation: str, expected: int) -> list[bytes]:
         while time.monotonic() < deadline:
             message = consumer.poll(0.2)
             if message is not None and message.error() is None:
-                got.append(message.value())
+                value = message.value()
+                assert value is not None, message
+                got.append(value)
             if len(got) >= expected:
                 settle = settle or time.monotonic() + 1.0  # anything beyond would show here
                 if time.monotonic() > settle:
