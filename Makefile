@@ -56,6 +56,7 @@ bench: $(STAMP)
 	$(VENV)/bin/ketch bench latency --duration 30 --json bench-latency.json --plot bench-latency.png
 	$(VENV)/bin/ketch bench latency --protocol kafka --duration 30 --json bench-latency-kafka.json
 	$(PY) -m bench.groups --json bench-groups.json
+	$(PY) -m bench.transactions --json bench-transactions.json
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis .import_linter_cache

@@ -22,9 +22,11 @@ here: it needs the previous batch, which another byte range of the same segment 
 verify job judges it over the whole partition.
 
 `scan_records` yields the records of the valid batches (decompressed), `read_index_entries` the
-entries of a segment's index files, and `byte_ranges` splits a large segment into ranges that
-start at batch boundaries taken from its offset index. Pure functions over files: each call
-owns its file descriptor, nothing is shared, so no lock is needed.
+entries of a segment's index files, `read_txn_index` those of its transaction index,
+`control_types` the control record types of chosen (control) batches, and `byte_ranges` splits
+a large segment into ranges that start at batch boundaries taken from its offset index. Pure
+functions over files: each call owns its file descriptor, nothing is shared, so no lock is
+needed.
 """
 
 from __future__ import annotations
@@ -35,16 +37,19 @@ import itertools
 import mmap
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, NamedTuple
 
 from crc32c import crc32c
 
+from runtime.log.errors import CorruptIndexError
 from runtime.log.offset_index import OffsetIndex
-from runtime.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX
+from runtime.log.producer_replay import control_marker
+from runtime.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
 from runtime.log.time_index import TimeIndex
+from runtime.log.transaction_index import AbortedTxn, TransactionIndex
 from wire.record_reader import iter_records
 from wire.records import (
     LOG_OVERHEAD,
@@ -297,6 +302,56 @@ def read_index_entries(log_path: str | os.PathLike[str], base_offset: int) -> li
         kinds = itertools.repeat("time")
         entries.extend(map(new, zip(kinds, itertools.count(), offsets, none, timestamps, none)))
     return entries
+
+
+def read_txn_index(
+    log_path: str | os.PathLike[str], base_offset: int
+) -> tuple[list[AbortedTxn], str | None]:
+    """The entries of the segment's ``.txnindex`` (none when there is no file: a segment without
+    aborted transactions), or no entries and the reason the broker's `sanity_check` rejects
+    the file (it would rebuild it from the log at load)."""
+    path = _sibling(Path(log_path), TXN_INDEX_SUFFIX)
+    if not path.exists():
+        return [], None
+    index = TransactionIndex(path, base_offset)
+    try:
+        index.sanity_check()
+        return index.all_entries(), None
+    except CorruptIndexError as exc:
+        return [], str(exc)
+    finally:
+        index.close()
+
+
+def control_type(batch: bytes | bytearray | memoryview) -> int | None:
+    """The control type of a control batch's record (0 ABORT, 1 COMMIT, ...); None for a batch
+    without a record or one whose record does not read as a control record (it ends nothing,
+    as for the broker's replay, `runtime.log.producer_replay`)."""
+    try:
+        kind, _ = control_marker(batch)
+    except CorruptRecordError:
+        return None
+    return kind
+
+
+def control_types(
+    log_path: str | os.PathLike[str], batches: Sequence[ScannedBatch], chosen: Iterable[int]
+) -> dict[int, int]:
+    """The control type (0 ABORT, 1 COMMIT, ...) of the record of each batch ``batches[i]`` for
+    i in `chosen` (valid control batches), by i; left out when the batch holds no record or one
+    that does not read as a control record. One ``pread`` per batch: control batches are few
+    and small, so the scan's hot path does not carry their bytes."""
+    found: dict[int, int] = {}
+    fd = os.open(log_path, os.O_RDONLY)
+    try:
+        for i in chosen:
+            batch = batches[i]
+            kind = control_type(os.pread(fd, batch.size_bytes, batch.position))
+            if kind is not None:
+                found[i] = kind
+    finally:
+        os.close(fd)
+    return found
 
 
 def _starts_batch(fd: int, position: int, file_size: int) -> bool:

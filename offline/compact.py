@@ -3,21 +3,32 @@
 Semantics (Kafka's log cleaner): for every key only the record with the highest offset stays;
 offsets never change; only the cleanable prefix of each partition is rewritten (segments wholly
 below the checkpointed high watermark, never the active segment, none with records newer than
-``min.compaction.lag.ms``: `offline.compact_plan`); a surviving tombstone gets a KIP-534 delete
-horizon (batch attribute bit 6, the horizon ``now + delete.retention.ms`` in the batch's
-baseTimestamp field, record timestamps re-based on it) in the pass that first keeps it, and a
-later pass at or after the horizon drops it (`offline.compact_write` says exactly how); a record
-without a key in the cleanable range is an error and nothing is written.
+``min.compaction.lag.ms``, none from the first transaction not decided below the HW on:
+`offline.compact_plan`); a surviving tombstone gets a KIP-534 delete horizon (batch attribute
+bit 6, the horizon ``now + delete.retention.ms`` in the batch's baseTimestamp field, record
+timestamps re-based on it) in the pass that first keeps it, and a later pass at or after the
+horizon drops it (`offline.compact_write` says exactly how); a record without a key in the
+cleanable range is an error and nothing is written.
+
+Transactions (Kafka's cleaner): the batches of aborted transactions are removed and never count
+as a key's latest record; committed transactional records are compacted like any others; a
+COMMIT/ABORT marker stays until no batch of its transaction is left and then for
+``delete.retention.ms`` more (a delete horizon, as for tombstones); each cleaned segment gets a
+``.txnindex`` with the original entries of the ABORT markers it keeps (`offline.compact_txn`,
+`offline.compact_write`).
 
 The job, per run:
 
-1. Plan on the driver (file listing and batch headers only): the source segments of every
-   partition of the topic in DATA_DIR.
+1. Plan on the driver (file listing, batch headers, and the one record of each control batch):
+   the source segments of every partition of the topic in DATA_DIR and the batches of its
+   aborted transactions.
 2. One Spark action. Read exactly the planned segment files at record level with the "ketch"
-   data source; group by ``(partition, key)`` keeping the highest offset (control records
-   excluded; a null key forms its own group, flagged); then group the survivors by partition
-   and, in one Spark task per partition (``applyInPandas``), write that partition's cleaned
-   segments into the staging directory from the source files. Writing in tasks keeps the
+   data source; group by ``(partition, key)`` keeping the highest offset (control records and
+   the plan's aborted batches excluded; a null key forms its own group, flagged); then group the
+   survivors, plus one placeholder row per planned partition (so that a partition whose range
+   holds no survivor is still written), by partition and, in one Spark task per partition
+   (``applyInPandas``), write that partition's cleaned segments into the staging directory from
+   the source files. Writing in tasks keeps the
    survivor offsets off the driver (they can be as many as the records) and cleans partitions in
    parallel; on a cluster the data dir and the staging dir must be on a shared file system.
    A task that finds a keyless record writes nothing and reports it; then the whole staging
@@ -75,8 +86,10 @@ STAGING_SUFFIX: Final = ".compact-staging"
 _RESULT_SCHEMA: Final = (
     "partition int, error string, segments string, batches_in long, batches_out long, "
     "batches_rebuilt long, records_in long, records_out long, tombstones_dropped long, "
-    "horizons_set long, bytes_in long, bytes_out long"
+    "horizons_set long, bytes_in long, bytes_out long, aborted_batches_dropped long, "
+    "markers_dropped long, marker_horizons_set long, txn_index_entries long"
 )
+_PLACEHOLDER_OFFSET: Final = -1  # the row that makes every planned partition a group
 _STAT_FIELDS: Final = tuple(CleanStats.__slots__)
 
 
@@ -141,7 +154,8 @@ def _partition_writer(
                 "record (nothing was written)"
             )
             return pd.DataFrame([row])
-        survivors = frame["offset"].sort_values().tolist()
+        offsets = frame["offset"]
+        survivors = offsets[offsets != _PLACEHOLDER_OFFSET].sort_values().tolist()
         try:
             cleaned = write_cleaned_partition(
                 plan.directory,
@@ -151,6 +165,7 @@ def _partition_writer(
                 now_ms=now_ms,
                 delete_retention_ms=config.delete_retention_ms,
                 log_config=config.log,
+                aborted_batches=plan.aborted_batches,
             )
         except CompactError as exc:
             row["error"] = f"{plan.tp}: {exc}"
@@ -177,14 +192,26 @@ def _spark_clean(
         .load(_segment_paths(plans))
         .where(~F.col("is_control"))
     )
+    aborted = [(p.partition, offset) for p in plans for offset in sorted(p.aborted_batches)]
+    if aborted:
+        # One row per aborted batch (the driver's scan found them): broadcast, so the records
+        # are filtered where they are read, without a shuffle.
+        aborted_df = spark.createDataFrame(aborted, "partition int, batch_base_offset long")
+        records = records.join(
+            F.broadcast(aborted_df), ["partition", "batch_base_offset"], "left_anti"
+        )
     latest = records.groupBy("partition", "key").agg(
         F.max("offset").alias("offset"),
         F.min("offset").alias("first"),
         F.count(F.lit(1)).alias("n"),
     )
+    placeholders = spark.createDataFrame(
+        [(p.partition, _PLACEHOLDER_OFFSET, _PLACEHOLDER_OFFSET, 0, False) for p in plans],
+        "partition int, offset long, first long, n long, keyless boolean",
+    )
     survivors = latest.select(
         "partition", "offset", "first", "n", F.col("key").isNull().alias("keyless")
-    )
+    ).unionByName(placeholders)
     writer = _partition_writer({p.partition: p for p in plans}, staging_dir, config, now_ms)
     rows = survivors.groupBy("partition").applyInPandas(writer, _RESULT_SCHEMA).collect()
     return [row.asDict() for row in rows]

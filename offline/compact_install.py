@@ -6,7 +6,8 @@ partition directory holding the old segments they replace (a prefix of the log, 
 crash there):
 
 1. **Copy** every staged file into the partition directory as ``<name>.cleaned``, fsync each
-   file, then the directory.
+   file, then the directory. A segment's files are its ``.log``, ``.txnindex`` (only when it
+   keeps aborted transactions: `offline.compact_write`), ``.index`` and ``.timeindex``.
 2. **Rename** ``.cleaned`` -> ``.swap``, segments in *descending* base offset order, fsyncing the
    directory after each rename. Until the last rename (the commit point) some ``.cleaned``
    file with a base offset <= every ``.swap`` file's remains, and the loader
@@ -21,7 +22,16 @@ crash there):
 4. **Rename** ``.swap`` -> final name, segments in ascending order, the ``.log`` before its
    indexes, then fsync the directory. A crash in between leaves final new segments below the
    remaining ``.swap`` ones, which the loader's range starts above; an index left as ``.swap``
-   without its log's ``.swap`` is dropped and rebuilt at load.
+   without its log's ``.swap`` is dropped and rebuilt at load. The ``.txnindex`` is renamed
+   right after the ``.log`` and before ``.index``/``.timeindex``: a missing ``.txnindex``
+   would load as "no aborted transactions" without complaint, while a missing offset or time
+   index makes the loader recover the segment, which rebuilds its transaction index from the
+   log (`runtime.log.recovery`). So whenever a crash leaves a new segment's ``.txnindex``
+   behind as ``.swap``, its ``.index`` is missing too, and the loader rebuilds both.
+
+Every old segment file goes, the ``.txnindex`` included (step 3, and the loader's swap completion
+removes every segment file kind in the replaced range): left behind, an old first segment's
+``.txnindex`` would become the index of the new segment with the same base offset.
 
 Hence a crash anywhere leaves the old or the new segments of the partition, never a mix. The
 ``cleaner-offset-checkpoint`` is written last (atomically, by `OffsetCheckpointFile`); it is a
@@ -54,13 +64,16 @@ from runtime.log.segment import (
     LOG_SUFFIX,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     file_name_prefix,
 )
 from wire.topic import TopicPartition
 
 StepHook = Callable[[str], None]
-# The .log first (see step 4); the copy and the deletion use the same order.
-SEGMENT_SUFFIXES: Final = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+# The .log first, then the .txnindex (see step 4); the copy and the deletion use the same order.
+SEGMENT_SUFFIXES: Final = (LOG_SUFFIX, TXN_INDEX_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+# The one kind a segment may lack (created with its first aborted transaction).
+OPTIONAL_SUFFIX: Final = TXN_INDEX_SUFFIX
 
 
 def _no_hook(_: str) -> None:
@@ -89,6 +102,16 @@ def _segment_files(directory: Path, base_offset: int, suffix: str = "") -> list[
     return [directory / f"{prefix}{kind}{suffix}" for kind in SEGMENT_SUFFIXES]
 
 
+def _staged_kinds(staging_dir: Path, base_offset: int) -> list[str]:
+    """The kinds of files a staged segment has (all but maybe the optional .txnindex)."""
+    prefix = file_name_prefix(base_offset)
+    return [
+        kind
+        for kind in SEGMENT_SUFFIXES
+        if kind != OPTIONAL_SUFFIX or (staging_dir / f"{prefix}{kind}").exists()
+    ]
+
+
 def _copy_durably(source: Path, target: Path) -> None:
     with source.open("rb") as src, target.open("wb") as dst:
         shutil.copyfileobj(src, dst, 1 << 20)
@@ -109,17 +132,19 @@ def install_partition(
     assert list(new_base_offsets) == sorted(new_base_offsets), new_base_offsets
     assert new_base_offsets, "nothing to install"
     assert new_base_offsets[0] == min(old_base_offsets), (new_base_offsets, old_base_offsets)
+    kinds = {base: _staged_kinds(staging_dir, base) for base in new_base_offsets}
     for base in new_base_offsets:
-        for staged, target in zip(
-            _segment_files(staging_dir, base),
-            _segment_files(partition_dir, base, CLEANED_SUFFIX),
-            strict=True,
-        ):
+        prefix = file_name_prefix(base)
+        for kind in kinds[base]:
+            staged = staging_dir / f"{prefix}{kind}"
+            target = partition_dir / f"{prefix}{kind}{CLEANED_SUFFIX}"
             step(f"copy {staged.name} -> {target.name}")
             _copy_durably(staged, target)
     fsync_dir(partition_dir)
     for base in sorted(new_base_offsets, reverse=True):
-        for cleaned in _segment_files(partition_dir, base, CLEANED_SUFFIX):
+        prefix = file_name_prefix(base)
+        for kind in kinds[base]:
+            cleaned = partition_dir / f"{prefix}{kind}{CLEANED_SUFFIX}"
             swap = cleaned.with_name(cleaned.name[: -len(CLEANED_SUFFIX)] + SWAP_SUFFIX)
             step(f"rename {cleaned.name} -> {swap.name}")
             os.replace(cleaned, swap)
@@ -138,7 +163,9 @@ def install_partition(
         step(f"unlink {deleted.name}")
         deleted.unlink()
     for base in new_base_offsets:
-        for swap in _segment_files(partition_dir, base, SWAP_SUFFIX):
+        prefix = file_name_prefix(base)
+        for kind in kinds[base]:
+            swap = partition_dir / f"{prefix}{kind}{SWAP_SUFFIX}"
             final = swap.with_name(swap.name[: -len(SWAP_SUFFIX)])
             step(f"rename {swap.name} -> {final.name}")
             os.replace(swap, final)

@@ -9,7 +9,13 @@ before the first segment that is
 * not wholly below the high watermark from ``replication-offset-checkpoint`` (records above the
   HW may still be truncated, so they may neither be rewritten nor supersede older records);
 * younger than ``min.compaction.lag.ms`` (its largest record timestamp, or its file's mtime when
-  no batch carries a timestamp, as `LogSegment.largest_timestamp`, is after ``now - lag``).
+  no batch carries a timestamp, as `LogSegment.largest_timestamp`, is after ``now - lag``);
+* holding the first offset of a transaction that is not decided below the HW (the first unstable
+  offset, Kafka's LSO: `offline.compact_txn`), or after it.
+
+The same header scan folds the partition's transactions (`offline.compact_txn.TransactionScan`):
+the plan names the batches of aborted transactions in the cleanable range, which the pass
+removes.
 
 Empty segments at the end of that prefix are left out, so the last planned segment ends with a
 batch (the install's swap range depends on that, see `offline.compact_install`).
@@ -28,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from offline.compact_txn import TransactionScan, read_control_type
 from runtime.log.checkpoints import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from runtime.log.config import LogConfig
 from runtime.log.errors import CorruptCheckpointError
@@ -132,7 +139,10 @@ class PartitionPlan:
     sources: tuple[SourceSegment, ...]  # the segments to clean, ascending; may be empty
     total_segments: int
     stop_reason: str  # why the cleanable range ends where it does
-    stop_kind: str  # the same in two words: "active segment", "above HW", "compaction lag"
+    # The same in two words: "active segment", "above HW", "compaction lag", "open transaction"
+    stop_kind: str
+    # Base offsets of the batches of aborted transactions in the cleanable range (removed).
+    aborted_batches: frozenset[int] = frozenset()
 
     @property
     def tp(self) -> TopicPartition:
@@ -148,17 +158,23 @@ class PartitionPlan:
         return sum(s.size_bytes for s in self.sources)
 
 
-def read_source_segment(log_path: Path) -> SourceSegment:
-    """Scan the batch headers of a `.log` file; raises CompactError on a damaged file."""
+def read_source_segment(log_path: Path, txns: TransactionScan | None = None) -> SourceSegment:
+    """Scan the batch headers of a `.log` file, feeding them to `txns` (with the control record
+    of each control batch); raises CompactError on a damaged file."""
     base = offset_from_file_name(log_path.name)
     fd = os.open(log_path, os.O_RDONLY)
     try:
         stat = os.fstat(fd)
         scan = FileBatches(fd, 0, stat.st_size, validate=False)
         next_offset, max_ts = base, NO_TIMESTAMP
-        for _, header, _ in scan:
+        for position, header, _ in scan:
             next_offset = header.next_offset
             max_ts = max(max_ts, header.max_timestamp)
+            if txns is not None and header.producer_id >= 0:
+                marker = None
+                if header.is_control:
+                    marker = read_control_type(fd, position, header.size_bytes)
+                txns.add(header, marker)
         if scan.error is not None:
             raise CompactError(
                 f"{log_path}: {scan.error} at byte {scan.error_position}; run `ketch verify` "
@@ -188,7 +204,9 @@ def plan_partition(
         (p for p in directory.iterdir() if p.name.endswith(LOG_SUFFIX)),
         key=lambda p: offset_from_file_name(p.name),
     )
-    segments = [read_source_segment(p) for p in logs]
+    txns = TransactionScan(high_watermark)
+    segments = [read_source_segment(p, txns) for p in logs]
+    unstable = txns.first_unstable_offset
     lag_limit = now_ms - config.min_compaction_lag_ms
     chosen: list[SourceSegment] = []
     reason = kind = "no segments"
@@ -211,9 +229,17 @@ def plan_partition(
             )
             kind = "compaction lag"
             break
+        if unstable is not None and segment.next_offset > unstable:
+            reason = (
+                f"segment {segment.base_offset} holds offset {unstable}, where a transaction "
+                "not decided below the high watermark starts"
+            )
+            kind = "open transaction"
+            break
         chosen.append(segment)
     while chosen and chosen[-1].next_offset == chosen[-1].base_offset:
         chosen.pop()  # an empty segment cannot end the range (see the module docstring)
+    end = chosen[-1].next_offset if chosen else -1
     return PartitionPlan(
         tp.topic,
         tp.partition,
@@ -223,6 +249,7 @@ def plan_partition(
         len(segments),
         reason,
         kind,
+        txns.aborted_below(end),
     )
 
 

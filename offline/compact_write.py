@@ -8,8 +8,10 @@ indexes are exactly what the broker would build and pass its `sanity_check()` at
 
 Per batch, in file order (all batches were validated, CRC included, while reading):
 
-* Control batches and batches with no records are copied byte for byte (transaction markers
-  and, in Kafka, producer state; ketch does not clean transactions).
+* Batches of aborted transactions (the plan's ``aborted_batches``, `offline.compact_txn`) are
+  dropped whole, as Kafka's cleaner drops them; the survivor list never names their records.
+* Transaction markers (COMMIT/ABORT control batches of a producer): see "Markers" below. Other
+  control batches and batches with no records are copied byte for byte.
 * A record survives when its offset is in the survivor list. A surviving tombstone (null
   value) survives only until its batch's delete horizon has passed (below).
 * No record survives: the batch is dropped (decided from its offset range alone, without
@@ -27,9 +29,28 @@ batch's baseTimestamp field holds ``horizon = now_ms + delete.retention.ms``; ea
 timestampDelta is then relative to that horizon (it may be negative), so every record keeps its
 original absolute timestamp for readers, and maxTimestamp stays the largest record timestamp. A
 batch that already has a horizon keeps it. A later pass with ``now_ms >= horizon`` drops the
-tombstones of that batch. Exception: tombstones in the very last batch of the cleaned range
-are never dropped, so that batch (and with it the range's end offset) always survives; the
-install's swap recovery derives the replaced range from it (see `offline.compact_install`).
+tombstones of that batch. Exception: the very last batch of the cleaned range is never dropped
+(neither its tombstones, nor the batch when it is a marker or an aborted transaction's, whose
+ABORT marker then lies after the range, where its index entry stays), so the range's end offset
+always survives; the install's swap recovery derives the replaced range from it (see
+`offline.compact_install`).
+
+Markers (Kafka's rule, KIP-534 for control batches). A marker is kept while its transaction
+still has data: it is copied byte for byte when this pass writes at least one batch of the
+transaction it ends (the producer's transactional batches since its previous marker; they all
+lie before the marker in the cleaned range, which starts at the log start). When the pass
+writes none (an ABORT marker's data was just dropped, or a committed transaction's records were
+all superseded, now or in an earlier pass), the marker gets a delete horizon as a tombstone's
+batch does (rebuilt with bit 6 and ``now_ms + delete.retention.ms`` as baseTimestamp, the
+record's timestamp kept), and a later pass with ``now_ms >= horizon`` drops it. So a marker goes
+only when every batch of its transaction has been removed and ``delete.retention.ms`` has passed
+since the pass that found it so: long enough for a consumer that read the transaction's data
+before to read its end.
+
+Transaction index. Each output segment's ``.txnindex`` holds the original entries (all four
+fields as they were) of the ABORT markers it keeps, appended as the markers are written; a
+dropped marker takes its entry along. `offline.compact_txn.index_entry_for` says which entry
+belongs to a marker.
 
 Output segments group consecutive source segments, as Kafka's cleaner does, decided while
 writing: an output segment takes the next source while it is still empty, or while its bytes so
@@ -47,15 +68,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
 from crc32c import crc32c
 
+from offline.batch_scan import control_type
 from offline.compact_plan import CompactError, SourceSegment
+from offline.compact_txn import MARKER_TYPES, index_entry_for, source_index_entries
 from runtime.clock import ManualClock
 from runtime.log.config import LogConfig
+from runtime.log.errors import CorruptIndexError
 from runtime.log.file_batches import FileBatches
 from runtime.log.index_file import INT32_MAX
 from runtime.log.segment import LOG_SUFFIX, LogSegment, file_name_prefix
@@ -88,6 +113,10 @@ class CleanStats:
     horizons_set: int = 0
     bytes_in: int = 0
     bytes_out: int = 0
+    aborted_batches_dropped: int = 0
+    markers_dropped: int = 0
+    marker_horizons_set: int = 0
+    txn_index_entries: int = 0  # entries written to the cleaned segments' .txnindex files
 
     def add(self, other: CleanStats) -> None:
         for name in self.__slots__:
@@ -96,13 +125,23 @@ class CleanStats:
 
 class BatchCleaner:
     """Filters batches against an ascending survivor list, walked once with a cursor (the
-    batches arrive in offset order), so memory stays at the list itself."""
+    batches arrive in offset order), so memory stays at the list itself. `aborted_batches`: the
+    base offsets of aborted transactions' batches (dropped)."""
 
-    def __init__(self, survivors: Sequence[int], now_ms: int, delete_retention_ms: int) -> None:
+    def __init__(
+        self,
+        survivors: Sequence[int],
+        now_ms: int,
+        delete_retention_ms: int,
+        aborted_batches: AbstractSet[int] = frozenset(),
+    ) -> None:
         self._survivors = survivors
         self._cursor = 0
         self._now_ms = now_ms
         self._retention_ms = delete_retention_ms
+        self._aborted = aborted_batches
+        # Producers whose open transaction has a batch in the output: their next marker stays.
+        self._with_data: set[int] = set()
         self.stats = CleanStats()
 
     def _survives(self, offset: int) -> bool:
@@ -123,9 +162,18 @@ class BatchCleaner:
         stats.batches_in += 1
         stats.bytes_in += len(batch)
         stats.records_in += header.records_count
-        if header.is_control or header.records_count == 0:
+        if header.is_control:
             self._survives(header.next_offset)  # moves the cursor past this batch
-            return self._emit(bytes(batch), header.records_count)
+            return self._clean_control(bytes(batch), header, last_in_range)
+        if header.records_count == 0:
+            self._survives(header.next_offset)
+            return self._emit_data(bytes(batch), header, 0)
+        if header.base_offset in self._aborted:
+            self._survives(header.next_offset)
+            if not last_in_range:
+                stats.aborted_batches_dropped += 1
+                return None
+            return self._emit_data(bytes(batch), header, header.records_count)
         if not self._survives_in(header.base_offset, header.last_offset):
             # Nothing of it survives: dropped without decoding (after a few passes over a busy
             # key space that is most batches, and decoding is most of the writer's cost).
@@ -148,7 +196,7 @@ class BatchCleaner:
             return None
         keeps_tombstone = any(record.value is None for record in kept)
         if len(kept) == len(records) and (header.has_delete_horizon or not keeps_tombstone):
-            return self._emit(bytes(batch), len(kept))
+            return self._emit_data(bytes(batch), header, len(kept))
         horizon: int | None = None
         if keeps_tombstone:
             horizon = (
@@ -156,33 +204,64 @@ class BatchCleaner:
                 if header.has_delete_horizon
                 else self._now_ms + self._retention_ms
             )
-        rebuilt = build_records_batch(
-            kept,
-            base_offset=header.base_offset,
-            last_offset_delta=header.last_offset_delta,
-            partition_leader_epoch=header.partition_leader_epoch,
-            compression=header.compression,
-            producer_id=header.producer_id,
-            producer_epoch=header.producer_epoch,
-            base_sequence=header.base_sequence,
-            is_transactional=header.is_transactional,
-            timestamp_type=header.timestamp_type,
-            base_timestamp=horizon,
-            # Log-append time: every record reads as the batch's maxTimestamp, so keep it.
-            max_timestamp=header.max_timestamp if header.timestamp_type == 1 else None,
-        )
-        if horizon is not None:
-            rebuilt = set_delete_horizon(rebuilt)
-            if not header.has_delete_horizon:
-                stats.horizons_set += 1
+        if horizon is not None and not header.has_delete_horizon:
+            stats.horizons_set += 1
         stats.batches_rebuilt += 1
-        return self._emit(rebuilt, len(kept))
+        return self._emit_data(_rebuilt(kept, header, horizon), header, len(kept))
+
+    def _clean_control(
+        self, batch: bytes, header: BatchHeader, last_in_range: bool
+    ) -> bytes | None:
+        """A control batch: a marker by the rule of the module docstring, others copied."""
+        producer_id = header.producer_id
+        if producer_id < 0 or control_type(batch) not in MARKER_TYPES:
+            return self._emit(batch, header.records_count)
+        if producer_id in self._with_data:
+            self._with_data.discard(producer_id)  # the marker ends that transaction
+            return self._emit(batch, header.records_count)
+        if not header.has_delete_horizon:
+            records = list(iter_records(batch, verify_crc=False))
+            rebuilt = _rebuilt(records, header, self._now_ms + self._retention_ms)
+            self.stats.marker_horizons_set += 1
+            self.stats.batches_rebuilt += 1
+            return self._emit(rebuilt, header.records_count)
+        if self._now_ms >= header.base_timestamp and not last_in_range:
+            self.stats.markers_dropped += 1
+            return None
+        return self._emit(batch, header.records_count)
+
+    def _emit_data(self, data: bytes, header: BatchHeader, records: int) -> bytes:
+        if header.is_transactional and header.producer_id >= 0:
+            self._with_data.add(header.producer_id)
+        return self._emit(data, records)
 
     def _emit(self, data: bytes, records: int) -> bytes:
         self.stats.batches_out += 1
         self.stats.records_out += records
         self.stats.bytes_out += len(data)
         return data
+
+
+def _rebuilt(records: Sequence[Record], header: BatchHeader, horizon: int | None) -> bytes:
+    """`records` in a batch with `header`'s identity (offset range, producer fields, flags,
+    codec, epoch); with a delete horizon when `horizon` is given."""
+    rebuilt = build_records_batch(
+        records,
+        base_offset=header.base_offset,
+        last_offset_delta=header.last_offset_delta,
+        partition_leader_epoch=header.partition_leader_epoch,
+        compression=header.compression,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+        is_transactional=header.is_transactional,
+        is_control=header.is_control,
+        timestamp_type=header.timestamp_type,
+        base_timestamp=horizon,
+        # Log-append time: every record reads as the batch's maxTimestamp, so keep it.
+        max_timestamp=header.max_timestamp if header.timestamp_type == 1 else None,
+    )
+    return rebuilt if horizon is None else set_delete_horizon(rebuilt)
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,8 +290,10 @@ def write_cleaned_partition(
     now_ms: int,
     delete_retention_ms: int,
     log_config: LogConfig,
+    aborted_batches: AbstractSet[int] = frozenset(),
 ) -> CleanedPartition:
-    """Clean `sources` of the partition in `source_dir` into new segments in `staging_dir`.
+    """Clean `sources` of the partition in `source_dir` into new segments in `staging_dir`;
+    `aborted_batches` are the plan's (`PartitionPlan.aborted_batches`).
 
     `staging_dir` must be empty or absent. Sizes: the grouping uses the source sizes; the
     index files are trimmed to their entries when each output segment is closed.
@@ -220,7 +301,14 @@ def write_cleaned_partition(
     staging_dir.mkdir(parents=True, exist_ok=True)
     if any(staging_dir.iterdir()):
         raise CompactError(f"staging directory {staging_dir} is not empty")
-    cleaner = BatchCleaner(survivors, now_ms, delete_retention_ms)
+    try:
+        entries = source_index_entries(source_dir, [s.base_offset for s in sources])
+    except CorruptIndexError as exc:
+        raise CompactError(
+            f"{exc}; start and stop the broker once (its log loading rebuilds the index) "
+            "before compacting"
+        ) from None
+    cleaner = BatchCleaner(survivors, now_ms, delete_retention_ms, aborted_batches)
     result = CleanedPartition(staging_dir)
     # LogSegment reads the clock only for files without record timestamps; pin it to now_ms.
     clock = ManualClock(0, wall_offset_ms=now_ms)
@@ -248,6 +336,10 @@ def write_cleaned_partition(
                 out.append(
                     header.last_offset, header.max_timestamp, header.last_offset, [data], len(data)
                 )
+                entry = index_entry_for(entries, data, header) if entries else None
+                if entry is not None:
+                    out.txn_index.append(entry)
+                    cleaner.stats.txn_index_entries += 1
         if out is not None:
             result.segments.append(_finish(out, group))
             out = None
@@ -305,10 +397,15 @@ def _cleaned_batches(
         os.close(fd)
 
 
-def survivors_by_scan(source_dir: Path, sources: Sequence[SourceSegment]) -> list[int]:
+def survivors_by_scan(
+    source_dir: Path,
+    sources: Sequence[SourceSegment],
+    aborted_batches: AbstractSet[int] = frozenset(),
+) -> list[int]:
     """The survivor offsets computed in one process (for each key, its highest offset in the
-    sources; control records excluded): the reference the Spark job is tested against, and a
-    Spark-free path for small logs. Raises CompactError for a record without a key."""
+    sources; control records and the batches `aborted_batches` excluded): the reference the
+    Spark job is tested against, and a Spark-free path for small logs. Raises CompactError for
+    a record without a key."""
     latest: dict[bytes, int] = {}
     for source in sources:
         path = source_dir / f"{file_name_prefix(source.base_offset)}{LOG_SUFFIX}"
@@ -317,7 +414,7 @@ def survivors_by_scan(source_dir: Path, sources: Sequence[SourceSegment]) -> lis
             scan = FileBatches(fd, 0, source.size_bytes, validate=True)
             for _, header, batch in scan:
                 assert batch is not None
-                if header.is_control:
+                if header.is_control or header.base_offset in aborted_batches:
                     continue
                 for record in iter_records(batch, verify_crc=False):
                     if record.key is None:

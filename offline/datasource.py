@@ -9,10 +9,12 @@ Usage::
 log dirs, partition dirs (``<topic>-<partition>``) or segment files (``<20 digits>.log``).
 Levels and schemas are in `offline.schema`: ``batch`` (default), ``record`` and ``index``; and
 ``verify`` (`VERIFY_SCHEMA`, here: it is `ketch verify`'s working table, not a public contract):
-per segment, one lean row per batch (offsets, leader epoch, size, CRC, reason and the producer
-fields) and, in the same task that has the segment open, the index checks' findings (or, when
-the task holds only part of the segment or the broker dir is listed in option
-``raw_index_dirs``, the raw index entries for the driver to judge).
+per segment, one lean row per batch (offsets, leader epoch, size, CRC, reason, the producer
+fields, the transactional flag and a control batch's control type) and, in the same task that
+has the segment open, the index checks' findings (or, when the task holds only part of the
+segment or the broker dir is listed in option ``raw_index_dirs``, the raw index entries for the
+driver to judge), and the ``.txnindex`` entries, always raw: they are judged against the markers
+of the whole partition, on the driver (`offline.verify_txn_checks`).
 
 Partitioning (`plan_slices`): a segment file, or a byte range of a segment larger than the
 target size (option ``max_partition_bytes``, default 128 MB; range starts at batch boundaries
@@ -50,7 +52,9 @@ from pyspark.sql.types import (
 from offline.batch_scan import (
     ScannedBatch,
     byte_ranges,
+    control_types,
     read_index_entries,
+    read_txn_index,
     scan_records,
     scan_segment,
 )
@@ -64,7 +68,7 @@ from offline.schema import (
     arrow_schema,
 )
 from offline.verify_index_checks import index_readable_rows, segment_index_findings
-from wire.records import CONTROL_BIT
+from wire.records import CONTROL_BIT, TRANSACTIONAL_BIT
 
 FORMAT: Final = "ketch"
 VERIFY_LEVEL: Final = "verify"  # `ketch verify`'s working table (`VERIFY_SCHEMA`, below)
@@ -327,37 +331,41 @@ VERIFY_SCHEMA: Final = StructType(
         StructField("topic", StringType(), False),
         StructField("partition", IntegerType(), False),
         StructField("segment", LongType(), False),
-        StructField("row", StringType(), False),  # "batch", "offset", "time" or "finding"
+        # "batch", "offset", "time", "finding" or "txn" (a .txnindex entry)
+        StructField("row", StringType(), False),
         StructField("position", LongType(), True),  # batch, offset index entry
-        # a batch's; an index entry's offset; a finding's first offset
+        # a batch's; an index entry's offset; a finding's first offset; a txn entry's first
         StructField("base_offset", LongType(), True),
-        StructField("last_offset", LongType(), True),  # batch; finding's last
+        StructField("last_offset", LongType(), True),  # batch; finding's last; txn entry's last
         StructField("leader_epoch", IntegerType(), True),
         StructField("size_bytes", IntegerType(), True),
         StructField("stored_crc", LongType(), True),
-        StructField("slot", IntegerType(), True),  # index entry (-1: a file-level problem)
+        StructField("slot", IntegerType(), True),  # index/txn entry (-1: a file-level problem)
         StructField("timestamp", LongType(), True),  # time index entry
         StructField("reason", StringType(), True),  # batch: None when valid; finding: its kind
-        StructField("detail", StringType(), True),  # index entry's problem; finding's detail
-        # A batch's producer fields, for the idempotent producers' checks (null in other rows).
+        # index or txn entry's file-level problem; finding's detail
+        StructField("detail", StringType(), True),
+        # A batch's producer fields, for the idempotent producers' and the transaction checks
+        # (null in other rows but a txn entry's producer id).
         StructField("producer_id", LongType(), True),
         StructField("producer_epoch", ShortType(), True),
         StructField("base_sequence", IntegerType(), True),
         StructField("is_control", BooleanType(), True),
+        StructField("is_transactional", BooleanType(), True),
+        StructField("control_type", ShortType(), True),  # a control batch's record's type
     ]
 )
 VERIFY_ARROW: Final = arrow_schema(VERIFY_SCHEMA)
 _VERIFY_COLUMNS: Final = len(VERIFY_SCHEMA.fields) - 5  # without the location and the row tag
-_PRODUCER_COLUMNS: Final = 4  # the last four: batch rows only
 
 
 def _verify_batch(
     segment: SegmentFile, columns: Sequence[Sequence[Any]], tag: str
 ) -> pa.RecordBatch:
-    """`columns` after the row tag; rows other than batches may leave out the producer's."""
+    """`columns` after the row tag; rows other than batches may leave out the batches' own."""
     rows = len(columns[0])
-    if len(columns) == _VERIFY_COLUMNS - _PRODUCER_COLUMNS:
-        columns = (*columns, *([(None,) * rows] * _PRODUCER_COLUMNS))
+    if len(columns) < _VERIFY_COLUMNS:
+        columns = (*columns, *([(None,) * rows] * (_VERIFY_COLUMNS - len(columns))))
     assert len(columns) == _VERIFY_COLUMNS, len(columns)
     arrays = [
         *_location(segment, rows),
@@ -372,7 +380,7 @@ def verify_level_batches(
 ) -> Iterator[pa.RecordBatch]:
     """One row per batch starting in ``[start, end)``; with the first range of a segment, its
     index: the findings of `segment_index_findings` when `judge_index` (the task holds the whole
-    segment and every batch of it counts), else the entries."""
+    segment and every batch of it counts), else the entries; and its ``.txnindex`` entries."""
     scanned = list(scan_segment(segment.path, start, end))
     for at in range(0, len(scanned), CHUNK_ROWS):
         chunk = scanned[at : at + CHUNK_ROWS]
@@ -380,14 +388,21 @@ def verify_level_batches(
          reason) = zip(*chunk, strict=True)  # fmt: skip
         nones = (None,) * len(chunk)
         control = [None if a is None else a & CONTROL_BIT != 0 for a in attrs]
+        transactional = [None if a is None else a & TRANSACTIONAL_BIT != 0 for a in attrs]
+        types: list[int | None] = list(nones)
+        if True in control:  # markers are few: their records are read only where they are
+            chosen = [i for i, c in enumerate(control) if c and reason[i] is None]
+            for i, kind in control_types(segment.path, chunk, chosen).items():
+                types[i] = kind
         yield _verify_batch(
             segment,
             (position, base, last, epoch, size, stored, nones, nones, reason, nones, pid, pep,
-             seq, control),
+             seq, control, transactional, types),
             "batch",
         )  # fmt: skip
     if start != 0:
         return
+    yield from _txn_index_rows(segment)
     entries = read_index_entries(segment.path, segment.segment)
     if judge_index:
         batches = index_readable_rows(scanned)
@@ -421,3 +436,26 @@ def verify_level_batches(
                 ),
                 tag,
             )  # fmt: skip
+
+
+def _txn_index_rows(segment: SegmentFile) -> Iterator[pa.RecordBatch]:
+    """The segment's ``.txnindex`` entries as "txn" rows (slot, first offset as base_offset, last
+    offset, producer id), or one slot -1 row whose detail says why the file is rejected."""
+    entries, problem = read_txn_index(segment.path, segment.segment)
+    if problem is not None:
+        yield _verify_batch(
+            segment, ((None,), (None,), (None,), (None,), (None,), (None,), (-1,), (None,),
+                      (None,), (problem,)),
+            "txn",
+        )  # fmt: skip
+        return
+    if not entries:
+        return
+    nones = (None,) * len(entries)
+    yield _verify_batch(
+        segment,
+        (nones, [e.first_offset for e in entries], [e.last_offset for e in entries], nones,
+         nones, nones, list(range(len(entries))), nones, nones, nones,
+         [e.producer_id for e in entries]),
+        "txn",
+    )  # fmt: skip

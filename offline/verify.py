@@ -9,7 +9,8 @@ topics' record-level comparison is a second Spark job, only when there are some.
 * Compacted topics: ``cleanup.policy`` containing ``compact`` in ``topic-configs.json`` of the
   DATA_DIR or of a log dir's parent (``{"<topic>": {"cleanup.policy": "compact", ...}, ...}``),
   or ``--compacted-topic T``. Their offset gaps are legitimate and their replicas are compared
-  record by record (the latest record per key below the smallest HW), not byte by byte.
+  record by record (the latest record per key below the smallest HW, aborted transactions'
+  records left out: a cleaner removes them from one replica before another), not byte by byte.
 * Live or crashed brokers: a log dir without ``.kafka_cleanshutdown`` is checked only below each
   log's recovery point (what was fsynced; the rest may be mid-write), its HW checkpoint is not
   compared with the log end, and the report says so (``stats["partial_dirs"]``).
@@ -22,10 +23,17 @@ topics' record-level comparison is a second Spark job, only when there are some.
   one producer epoch is not: compaction, retention and a producer whose state expired leave
   them, so they are counted (``stats["sequence_gaps"]``, per replica) with the first few as
   examples (``stats["sequence_gap_examples"]``) and do not change the exit code.
+* Transactions (`offline.verify_txn_checks`), per replica: an ABORT marker of a transaction
+  whose data is present without its ``.txnindex`` entry in the marker's segment
+  (``txn_index_missing``), an entry that does not name an ABORT marker of its producer at its
+  last offset (``txn_index_mismatch``) and a ``.txnindex`` the broker would reject
+  (``txn_index_file``) are findings. A transaction still open at the end of the log is legal:
+  counted (``stats["open_transactions"]``) with the first few as examples.
 
 By role: `offline.verify_layout` reads the small files on the driver; `offline.verify_job` runs
-the scan and judges its table (with `offline.verify_checks`, `offline.verify_index_checks` and
-`offline.verify_producer_checks`); this module is the command line and the report.
+the scan and judges its table (cut by `offline.verify_scan`, with `offline.verify_checks`,
+`offline.verify_index_checks`, `offline.verify_producer_checks`, `offline.verify_txn_checks`
+and `offline.verify_replicas`); this module is the command line and the report.
 
 Exit codes: 0 clean, 1 findings, 2 usage or runtime errors. The driver owns everything here;
 Spark runs the tasks: no shared mutable state, no locks.
@@ -103,6 +111,10 @@ def _print_summary(report: VerifyReport) -> None:
         console.print(f"[yellow]{stats['partial_note']}: {', '.join(stats['partial_dirs'])}")
     if stats["sequence_gaps"]:
         console.print(_gaps_line(stats["sequence_gaps"], stats["sequence_gap_examples"]))
+    if stats["open_transactions"]:
+        console.print(
+            _open_txns_line(stats["open_transactions"], stats["open_transaction_examples"])
+        )
     if report.ok:
         console.print("[green]OK: no problems found")
         return
@@ -131,6 +143,18 @@ def _gaps_line(count: int, examples: list[dict[str, Any]]) -> str:
     return (
         f"{count} idempotent producer sequence gap(s), not problems (compaction, retention or "
         f"expired producer state leave them); first: {shown}"
+    )
+
+
+def _open_txns_line(count: int, examples: list[dict[str, Any]]) -> str:
+    shown = "; ".join(
+        f"{Path(t['broker_dir']).name} {t['topic']}-{t['partition']} producer "
+        f"{t['producer_id']} from offset {t['first_offset']}"
+        for t in examples
+    )
+    return (
+        f"{count} transaction(s) open at the end of the log, not problems (the coordinator "
+        f"ends them later); first: {shown}"
     )
 
 

@@ -24,7 +24,8 @@ Checks (finding kinds):
 * against leader-epoch-checkpoint: ``epoch_checkpoint_mismatch`` (a batch's epoch is not the
   one the checkpoint gives for its base offset), one finding per replica with the range;
 * indexes: in `offline.verify_index_checks`, which runs inside the scan task;
-* idempotent producers' sequences: in `offline.verify_producer_checks`.
+* idempotent producers' sequences: in `offline.verify_producer_checks`;
+* transaction markers against the ``.txnindex`` files: in `offline.verify_txn_checks`.
 
 Fast path: a replica is first tested as columns (`plainly_clean`: whole-list operations in C);
 only a replica that might have something to report, or whose partition's replicas differ
@@ -79,6 +80,9 @@ class BatchRow(NamedTuple):
     producer_epoch: int | None = -1
     base_sequence: int | None = -1
     is_control: bool | None = False
+    # For `offline.verify_txn_checks`: a control batch's record's type (0 ABORT, 1 COMMIT).
+    is_transactional: bool | None = False
+    control_type: int | None = None
 
 
 class Checked(NamedTuple):
@@ -353,16 +357,21 @@ def _variants(checked: Iterable[Checked], lo: int, hi: int) -> list[tuple[int | 
     ]
 
 
-def divergent_keys(records: Any, bounds: Any, max_rows: int) -> Any:
+def divergent_keys(records: Any, bounds: Any, max_rows: int, aborted: Any = None) -> Any:
     """For compacted topics (a Spark job over the record level): keys whose latest record below
     ``hi`` differs between replicas.
 
     A replica's state of a key is its latest record's (offset, value hash), or absent when the
-    latest is a tombstone or the key is gone (a cleaner may drop tombstones). Returns (topic,
-    partition, key, states: array<struct<broker_dir, offset, state>>, n_replicas).
+    latest is a tombstone or the key is gone (a cleaner may drop tombstones). The records of
+    `aborted` (broker_dir, topic, partition, batch_base_offset: batches of aborted
+    transactions, which a cleaner removes) do not count. Returns (topic, partition, key, states:
+    array<struct<broker_dir, offset, state>>, n_replicas).
     """
     from pyspark.sql import functions as F
 
+    if aborted is not None:
+        location = ["broker_dir", "topic", "partition", "batch_base_offset"]
+        records = records.join(F.broadcast(aborted), location, "left_anti")
     rows = (
         records.where(F.col("key").isNotNull() & ~F.col("is_control"))
         .join(F.broadcast(bounds), ["topic", "partition"])
@@ -395,7 +404,7 @@ def divergent_keys(records: Any, bounds: Any, max_rows: int) -> Any:
 
 # A replica's batches as columns in file order, in `BatchRow` field order: segment, position,
 # base_offset, last_offset, leader_epoch, size_bytes, stored_crc, reason, producer_id,
-# producer_epoch, base_sequence, is_control.
+# producer_epoch, base_sequence, is_control, is_transactional, control_type.
 Columns = tuple[list[Any], ...]
 _SEGMENT, _POSITION, _BASE, _LAST, _EPOCH, _SIZE, _CRC, _REASON = range(8)
 _new_row: Final = functools.partial(tuple.__new__, BatchRow)

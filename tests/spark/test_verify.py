@@ -1,6 +1,7 @@
 """`ketch verify` over a 3-broker data dir written by the storage engine: the clean copy passes;
-a copy with one injected problem per partition/replica reports each of them, exactly (kind,
-log dir, partition and offsets), and nothing else.
+a copy with one injected problem per partition/replica (and a partition with transactions whose
+.txnindex was damaged) reports each of them, exactly (kind, log dir, partition and offsets),
+and nothing else; the transaction left open there is counted, not reported.
 
 Two verify runs in all (Spark jobs cost seconds): the corrupted copy carries every corruption
 at once, each on its own replica, so "nothing else" also proves there is no false positive on
@@ -19,7 +20,7 @@ from pyspark.sql import SparkSession
 
 from offline.verify import main
 from offline.verify_job import run_verify
-from tests.unit.offline.corruptions import corrupt
+from tests.unit.offline.corruptions import OPEN_TXN, corrupt
 from tests.unit.offline.helpers import TABLE, BuiltCluster
 
 pytestmark = pytest.mark.spark
@@ -77,3 +78,6 @@ def test_every_injected_problem_is_reported_exactly(
     assert code == 1
     assert report["ok"] is False
     assert report["stats"]["partial_dirs"] == [str((root / "broker-2").resolve())]
+    assert report["stats"]["open_transactions"] == 1
+    (open_txn,) = report["stats"]["open_transaction_examples"]
+    assert (open_txn["topic"], open_txn["partition"], open_txn["producer_id"]) == OPEN_TXN

@@ -1,18 +1,25 @@
 """One problem injected into each replica of a copy of the built cluster
 (tests/unit/offline/helpers.py), plus a partition written with an idempotent producer's batch
-appended twice, with the findings `ketch verify` must report for them: kind, log dir, partition
-and offsets. Shared by the Spark test (tests/spark/test_verify.py), which runs the whole job,
-and the driver-side checks without Spark (test_verify_checks.py). It edits files under the
-given root only: no state of its own."""
+appended twice and one with transactions whose ``.txnindex`` was damaged (an entry naming
+another producer, an entry lost; one transaction left open, which is no problem), and a
+compacted topic whose replicas differ only by an aborted transaction's batch that a cleaner
+removed from one of them (no problem either), with the findings `ketch verify` must report for
+them: kind, log dir, partition and offsets. Shared by
+the Spark test (tests/spark/test_verify.py), which runs the whole job, and the driver-side
+checks without Spark (test_verify_checks.py). It edits files under the given root only: no
+state of its own."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from runtime.clock import ManualClock
 from runtime.log.checkpoints import RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile
 from runtime.log.log import Log
 from runtime.log.manager import CLEAN_SHUTDOWN_FILE
+from runtime.log.producer_replay import end_txn_marker_batch
+from runtime.log.transaction_index import ENTRY_SIZE, AbortedTxn
 from tests.unit.offline.helpers import (
     CONFIG,
     EVENTS,
@@ -32,6 +39,9 @@ from wire.topic import TopicPartition
 
 Expected = set[tuple[str, str | None, str, int, tuple[int, int] | None]]
 PRODUCERS = "producers"  # the partition with the duplicated idempotent batch (broker-0 only)
+TXNS = "txns"  # the partition with transactions and a damaged .txnindex (broker-0 only)
+OPEN_TXN = (TXNS, 0, 21)  # (topic, partition, producer id) of its one open transaction
+CTXN = "ctxn"  # compacted, on broker-0 and broker-1: an aborted batch cleaned away on broker-1
 
 
 def _in_partition(root: Path, broker: int, topic: str, partition: int) -> Path:
@@ -137,7 +147,88 @@ def corrupt(cluster: BuiltCluster, root: Path) -> Expected:
 
     # an idempotent producer's batch written twice (producers-0, only on broker-0)
     expected.add(("duplicate_sequence", b0, PRODUCERS, 0, _write_duplicate(root / b0)))
+
+    # transactions (txns-0, only on broker-0): the first aborted transaction's entry names
+    # another producer, the last one's entry is lost
+    wrong, lost = _write_transactions(root / b0)
+    expected.add(("txn_index_mismatch", b0, TXNS, 0, (wrong.first_offset, wrong.last_offset)))
+    expected.add(("txn_index_missing", b0, TXNS, 0, (lost.first_offset, lost.last_offset)))
+
+    # a compacted topic with an aborted transaction, cleaned on broker-1 only: nothing to report
+    _write_compacted_transaction(root)
     return expected
+
+
+def _write_compacted_transaction(root: Path) -> None:
+    """ctxn-0 on broker-0 and broker-1: key a = 1 (plain), then producer 31's transaction writes
+    a = 2 and aborts, then b = 1. broker-1's copy was compacted: the aborted batch is gone, its
+    marker kept. Both replicas' latest value of a is 1 once aborted records are left out."""
+
+    def batch(base: int, key: bytes, value: bytes, producer_id: int = -1) -> bytes:
+        transactional = producer_id >= 0
+        return build_batch(
+            [(key, value)], base_offset=base, partition_leader_epoch=1, base_timestamp=1_000,
+            producer_id=producer_id, producer_epoch=0 if transactional else -1,
+            base_sequence=0 if transactional else -1, is_transactional=transactional,
+        )  # fmt: skip
+
+    marker = end_txn_marker_batch(
+        31, 0, 0, commit=False, base_offset=2, leader_epoch=1, timestamp=1_000
+    )
+    full = [batch(0, b"a", b"1"), batch(1, b"a", b"2", 31), marker, batch(3, b"b", b"1")]
+    for broker, batches in ((0, full), (1, [full[0], *full[2:]])):
+        log = Log.open(
+            root / f"broker-{broker}" / f"{CTXN}-0", CONFIG, ManualClock(0, wall_offset_ms=1_000)
+        )
+        try:
+            log.append_as_follower(b"".join(batches))
+        finally:
+            log.close()
+    configs = root / "topic-configs.json"
+    loaded = json.loads(configs.read_text())
+    loaded[CTXN] = {"cleanup.policy": "compact"}
+    configs.write_text(json.dumps(loaded))
+
+
+def _write_transactions(broker_dir: Path) -> tuple[AbortedTxn, AbortedTxn]:
+    """Producers 21 and 22, interleaved with plain batches: 21 aborts, 22 commits, 21 aborts, 22
+    aborts, 21 stays open. Then the one segment's .txnindex (three entries) is damaged: the first
+    entry's producer id becomes 22, the last entry is cut off. Returns those two entries."""
+    log = Log.open(broker_dir / f"{TXNS}-0", CONFIG, ManualClock(0, wall_offset_ms=1_000))
+    sequences = {21: 0, 22: 0}
+
+    def data(pid: int) -> None:
+        records = [(b"k%d" % i, b"v") for i in range(2)]
+        transactional = pid >= 0
+        log.append_as_leader(
+            build_batch(
+                records, base_timestamp=1_000, producer_id=pid,
+                producer_epoch=0 if transactional else -1,
+                base_sequence=sequences[pid] if transactional else -1,
+                is_transactional=transactional,
+            ),
+            1,
+        )  # fmt: skip
+        if transactional:
+            sequences[pid] += len(records)
+
+    try:
+        for pid, commit in ((21, False), (22, True), (21, False), (22, False)):
+            data(pid)
+            data(-1)
+            data(pid)
+            log.append_end_txn_marker(pid, 0, 0, commit=commit, leader_epoch=1)
+        data(21)
+        data(-1)
+        (segment,) = log.segments
+        entries = segment.txn_index.all_entries()
+        index = segment.txn_index.path
+    finally:
+        log.close()
+    assert len(entries) == 3, entries
+    patch_int(index, 2, ">q", 22)  # the first entry's producer id (after its int16 version)
+    truncate_tail(index, ENTRY_SIZE)
+    return entries[0], entries[2]
 
 
 def _write_duplicate(broker_dir: Path) -> tuple[int, int]:

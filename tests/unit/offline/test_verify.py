@@ -10,7 +10,8 @@ import pytest
 
 from offline.verify import _print_summary, main, report_json
 from offline.verify_checks import Finding
-from offline.verify_job import VerifyReport, _merge_ranges
+from offline.verify_job import VerifyReport
+from offline.verify_replicas import merge_ranges
 
 
 def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -31,7 +32,7 @@ def test_divergent_batches_merge_into_ranges_per_replica() -> None:
         ("b1", "t", 0, 35, 39, "missing"),
         ("b2", "t", 0, 15, 19, "differs"),
     ]
-    found = {(f.broker_dir, f.offsets, f.detail.split(": ", 1)[1]) for f in _merge_ranges(hits)}
+    found = {(f.broker_dir, f.offsets, f.detail.split(": ", 1)[1]) for f in merge_ranges(hits)}
     assert found == {
         ("b1", (10, 19), "differs"),
         ("b1", (30, 34), "differs"),
@@ -61,7 +62,7 @@ def test_report_json_has_the_design_shape() -> None:
     }
 
 
-def test_sequence_gaps_are_summarised_apart_from_problems(
+def test_sequence_gaps_and_open_transactions_are_summarised_apart_from_problems(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     gap = {
@@ -69,12 +70,19 @@ def test_sequence_gaps_are_summarised_apart_from_problems(
         "producer_epoch": 0, "expected_sequence": 3, "base_sequence": 10, "offset": 40,
         "previous_offset": 30,
     }  # fmt: skip
+    open_txn = {
+        "broker_dir": "/d/broker-0", "topic": "t", "partition": 1, "producer_id": 9,
+        "first_offset": 70,
+    }  # fmt: skip
     stats = {
         "broker_dirs": 1, "partitions": 1, "replicas": 1, "batches": 9, "bytes": 900,
         "elapsed_s": 0.1, "partial_dirs": [], "sequence_gaps": 4, "sequence_gap_examples": [gap],
+        "open_transactions": 2, "open_transaction_examples": [open_txn],
     }  # fmt: skip
     _print_summary(VerifyReport(True, [], stats))
     printed = " ".join(capsys.readouterr().out.split())  # the console wraps long lines
     assert "4 idempotent producer sequence gap(s), not problems" in printed
     assert "broker-1 t-2 producer 7 epoch 0: sequence 10 at offset 40, expected 3" in printed
+    assert "2 transaction(s) open at the end of the log, not problems" in printed
+    assert "broker-0 t-1 producer 9 from offset 70" in printed
     assert "OK: no problems found" in printed

@@ -35,7 +35,7 @@ from offline.verify_checks import (
 from offline.verify_index_checks import IndexRow, segment_index_findings
 from offline.verify_job import judge
 from offline.verify_layout import Layout, read_layout
-from tests.unit.offline.corruptions import corrupt
+from tests.unit.offline.corruptions import OPEN_TXN, corrupt
 from tests.unit.offline.helpers import EVENT_PRODUCER_ID, EVENTS, BuiltCluster, build_cluster
 
 KEY = ("/d/broker-0", "t", 0)
@@ -112,6 +112,8 @@ def test_every_injected_problem_is_found_by_the_driver(
     # held the first batches of producer epoch 1, and a new epoch may start at any sequence.
     gapped = {(Path(g.broker_dir).name, g.topic, g.partition) for g in judged.sequence_gaps}
     assert gapped == {("broker-1", EVENTS, 0)}
+    # The transaction left open is no finding, only counted.
+    assert [(t.topic, t.partition, t.producer_id) for t in judged.open_transactions] == [OPEN_TXN]
 
 
 def _batch(
