@@ -10,12 +10,22 @@ The leadership hook, the moves and the routing are the shared `PartitionRouter`'
 offsets partition and stops when it no longer leads it. Partitions an UpdateMetadata deletes
 arrive from the ReplicaManager's other hook (`on_partitions_deleted`), are recorded like the
 moves and go to every shard after them, which drops the groups' offsets of them.
+
+Transactions (KIP-98): TxnOffsetCommit goes to the group's shard like OffsetCommit. When a
+transaction's COMMIT or ABORT marker is written to an offsets partition led here, the broker's
+WriteTxnMarkers handler calls `on_transaction_completed` (Kafka's onTransactionCompleted) and
+waits for it before answering: it puts the news in the shard's mailbox, awaiting room (never
+dropped), so the shard has it before the transaction coordinator can end the transaction and
+the producer start its next one, whose TxnOffsetCommits then queue behind it. A partition with
+no shard here (led elsewhere, or its shard not started yet) needs no message: the shard that
+loads it next reads the marker from the log, which holds it by then (it was acknowledged with
+acks=all); so does the successor of a shard that stops before reading the message.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -32,6 +42,8 @@ from actors.group.shard import (
     OffsetsLog,
     RemoveOffsets,
     Sync,
+    TxnCommit,
+    TxnCompleted,
 )
 from actors.partition_router import PartitionRouter
 from runtime.actor import MailboxError
@@ -58,6 +70,10 @@ from wire.messages import (
     OffsetFetchResponse,
     SyncGroupRequest,
     SyncGroupResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+    TxnOffsetCommitResponsePartition,
+    TxnOffsetCommitResponseTopic,
 )
 from wire.topic import TopicPartition
 
@@ -197,6 +213,46 @@ class GroupCoordinator(PartitionRouter[GroupShard]):
                 for topic in request.topics
             ]
         )
+
+    async def txn_offset_commit(self, request: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
+        shard = self._shard(request.group_id)
+        if not isinstance(shard, ErrorCode):
+            try:
+                stored = await shard.ask(TxnCommit(request))
+                return await stored
+            except MailboxError:
+                shard = ErrorCode.NOT_COORDINATOR
+        return TxnOffsetCommitResponse(
+            topics=[
+                TxnOffsetCommitResponseTopic(
+                    name=topic.name,
+                    partitions=[
+                        TxnOffsetCommitResponsePartition(
+                            partition_index=p.partition_index, error_code=shard
+                        )
+                        for p in topic.partitions
+                    ],
+                )
+                for topic in request.topics
+            ]
+        )
+
+    async def on_transaction_completed(
+        self, producer_id: int, partitions: Iterable[TopicPartition], *, commit: bool
+    ) -> None:
+        """The producer's COMMIT (`commit`) or ABORT marker is written to these partitions (the
+        offsets partitions among them matter): their shards commit or drop its pending offsets.
+        Returns once each shard here has the news in its mailbox (the module doc says why)."""
+        for tp in partitions:
+            if tp.topic != OFFSETS_TOPIC:
+                continue
+            shard = self.shards.get(tp.partition)
+            if shard is None:
+                continue  # the shard that loads it reads the marker
+            try:
+                await shard.tell(TxnCompleted(producer_id, commit))
+            except MailboxError:
+                log.info("%s-%d unloaded before the marker's news", OFFSETS_TOPIC, tp.partition)
 
     async def offset_fetch(self, request: OffsetFetchRequest) -> OffsetFetchResponse:
         shard = self._shard(request.group_id)

@@ -7,9 +7,10 @@ shard completes later from another message, so the mailbox never blocks on a mem
 replication.
 
 The shard's own messages come from its alarms (`JoinDeadline`, `SessionExpired`), its periodic
-expiry check (`ExpireOffsets`) and its offsets-topic writes (`GroupStored`, `OffsetsStored`):
-they carry a timer's token or a write's outcome back into the mailbox, so every state change
-happens in a handler.
+expiry check (`ExpireOffsets`) and its offsets-topic writes (`GroupStored`, `OffsetsStored`,
+`TxnOffsetsStored`): they carry a timer's token or a write's outcome back into the mailbox, so
+every state change happens in a handler. `TxnCompleted` comes from the broker's WriteTxnMarkers
+handler, through the router, once a transaction's marker is written to the shard's partition.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from actors.group.state import PendingTxnOffset
 from runtime.actor import Ask
 from wire.errors import ErrorCode
 from wire.group_records import OffsetValue
@@ -35,6 +37,8 @@ from wire.messages import (
     OffsetFetchResponse,
     SyncGroupRequest,
     SyncGroupResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
 )
 
 # -- from the router -------------------------------------------------------------------------------
@@ -68,6 +72,20 @@ class Leave(Ask[LeaveGroupResponse]):
 @dataclass(frozen=True, slots=True)
 class Commit(Ask[asyncio.Future[OffsetCommitResponse]]):
     request: OffsetCommitRequest
+
+
+@dataclass(frozen=True, slots=True)
+class TxnCommit(Ask[asyncio.Future[TxnOffsetCommitResponse]]):
+    request: TxnOffsetCommitRequest
+
+
+@dataclass(frozen=True, slots=True)
+class TxnCompleted:
+    """A COMMIT (`commit`) or ABORT marker of the producer is written to the shard's partition
+    (Kafka's onTransactionCompleted): its pending offsets are committed or dropped."""
+
+    producer_id: int
+    commit: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +141,20 @@ class OffsetsStored:
     error: ErrorCode
     answer: asyncio.Future[OffsetCommitResponse]
     request: OffsetCommitRequest
+    order: int  # the write's (state.py)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TxnOffsetsStored:
+    """A TxnOffsetCommit's write ended; `pending` are the entries it made pending (a later
+    commit of the same producer may have replaced some: only these are settled)."""
+
+    group_id: str
+    producer_id: int
+    pending: tuple[tuple[tuple[str, int], PendingTxnOffset], ...]
+    error: ErrorCode
+    answer: asyncio.Future[TxnOffsetCommitResponse]
+    request: TxnOffsetCommitRequest
 
 
 @dataclass(frozen=True, slots=True)

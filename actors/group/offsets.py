@@ -9,9 +9,12 @@ simple consumer's, or one whose members are gone) is still in `state.groups`, Em
 Writes: a commit's records go through the shard with acks=all and are applied to the state
 only when they are replicated (`OffsetsStored`), so a failed write changes nothing. Expiry and
 removal change the state at once and write tombstones; a failed tombstone write is only logged
-(the next leader may then load offsets this one had dropped).
+(the next leader may then load offsets this one had dropped). Every committed offset is
+applied through `ShardState.commit_offset`, which keeps the one whose record came last.
 
-Simplification, said plainly: transactional offset commits are not implemented.
+Transactional offset commits (TxnOffsetCommit, their markers, loading them) are txn_offsets.py's;
+here OffsetFetch answers UNSTABLE_OFFSET_COMMIT for their partitions when asked for stable
+offsets (KIP-447), and a group with such offsets pending is never forgotten as empty.
 """
 
 from __future__ import annotations
@@ -54,20 +57,23 @@ OFFSET_METADATA_MAX_BYTES: Final = 4096  # Kafka's offset.metadata.max.bytes def
 
 
 def load_record(
-    state: ShardState, key: Key, value: Value | None, group_values: dict[str, GroupValue | None]
+    state: ShardState,
+    key: Key,
+    value: Value | None,
+    group_values: dict[str, GroupValue | None],
+    offset: int,
 ) -> None:
-    """One record of the offsets partition, read while loading (later records override earlier
-    ones, tombstones remove): an offset goes into `state.offsets` at once; a group's latest
-    value is kept in `group_values` for the shard to rebuild the group from once loaded."""
+    """One record (not a transaction's) of the offsets partition at `offset`, read while
+    loading (later records override earlier ones, tombstones remove): an offset goes into
+    `state.offsets` at once; a group's latest value is kept in `group_values` for the shard to
+    rebuild the group from once loaded."""
     if isinstance(key, OffsetKey):
-        offsets = state.offsets.setdefault(key.group, {})
+        tp = (key.topic, key.partition)
         if value is None:
-            offsets.pop((key.topic, key.partition), None)
-            if not offsets:
-                del state.offsets[key.group]
+            state.forget_committed(key.group, tp)
         else:
             assert isinstance(value, OffsetValue)
-            offsets[(key.topic, key.partition)] = value
+            state.commit_offset(key.group, tp, value, offset)
     else:
         assert value is None or isinstance(value, GroupValue)
         group_values[key.group] = value
@@ -106,8 +112,10 @@ def commit(state: ShardState, request: OffsetCommitRequest) -> asyncio.Future[Of
         timestamp_ms=now,
     )
     stored = tuple(entries)
+    order = state.next_write_order()
     state.write(
-        batch, lambda error: OffsetsStored(request.group_id, stored, error, answer, request)
+        batch,
+        lambda error: OffsetsStored(request.group_id, stored, error, answer, request, order),
     )
     if too_large:
         log.info("%s: %d commits refused, metadata too large", state.name, len(too_large))
@@ -140,9 +148,8 @@ def offsets_stored(state: ShardState, message: OffsetsStored) -> None:
     """A commit's records are replicated (or failed): apply them and answer the member."""
     stored = {tp for tp, _ in message.offsets}
     if message.error is ErrorCode.NONE:
-        offsets = state.offsets.setdefault(message.group_id, {})
         for tp, value in message.offsets:
-            offsets[tp] = value
+            state.commit_offset(message.group_id, tp, value, message.order)
         code = ErrorCode.NONE
     else:
         code = store_error(message.error)
@@ -179,7 +186,11 @@ def _commit_answer(
 
 
 def fetch(state: ShardState, request: OffsetFetchRequest) -> OffsetFetchResponse:
+    """The committed offsets; with `require_stable` (KIP-447: a read_committed consumer's), a
+    partition with a transaction's offsets pending is answered UNSTABLE_OFFSET_COMMIT instead,
+    and the consumer retries until the transaction has ended."""
     offsets = state.offsets.get(request.group_id, {})
+    unstable = state.pending_partitions(request.group_id) if request.require_stable else frozenset()
     wanted: dict[str, list[int]] = {}
     if request.topics is None:
         for name, partition in sorted(offsets):
@@ -191,10 +202,19 @@ def fetch(state: ShardState, request: OffsetFetchRequest) -> OffsetFetchResponse
         topics=[
             OffsetFetchResponseTopic(
                 name=topic,
-                partitions=[_fetched(offsets.get((topic, p)), p) for p in partitions],
+                partitions=[
+                    _unstable(p) if (topic, p) in unstable else _fetched(offsets.get((topic, p)), p)
+                    for p in partitions
+                ],
             )
             for topic, partitions in wanted.items()
         ]
+    )
+
+
+def _unstable(partition: int) -> OffsetFetchResponsePartition:
+    return OffsetFetchResponsePartition(
+        partition_index=partition, metadata="", error_code=ErrorCode.UNSTABLE_OFFSET_COMMIT
     )
 
 
@@ -246,6 +266,16 @@ def remove(state: ShardState, partitions: frozenset[tuple[str, int]]) -> None:
     for group_id, offsets in list(state.offsets.items()):
         gone = [tp for tp in offsets if tp in partitions]
         tombstones.extend(_drop_offsets(state, group_id, gone))
+    # Pending transactional offsets of them go too (Kafka's removeOffsets): nothing will read
+    # them, and they would keep their groups from being forgotten.
+    for group_id, by_producer in list(state.pending_txn.items()):
+        for producer_id, pending in list(by_producer.items()):
+            for tp in partitions & pending.keys():
+                del pending[tp]
+            if not pending:
+                del by_producer[producer_id]
+        if not by_producer:
+            del state.pending_txn[group_id]
     tombstones.extend(_forget_empty_groups(state))
     _write_tombstones(state, tombstones, "of deleted partitions")
 
@@ -254,19 +284,21 @@ def _drop_offsets(
     state: ShardState, group_id: str, partitions: list[tuple[str, int]]
 ) -> list[tuple[Key, Value | None]]:
     """Forget `partitions` of the group's offsets; their tombstones."""
-    offsets = state.offsets[group_id]
     for tp in partitions:
-        del offsets[tp]
-    if not offsets:
-        del state.offsets[group_id]
+        state.forget_committed(group_id, tp)
     return [(OffsetKey(group_id, *tp), None) for tp in partitions]
 
 
 def _forget_empty_groups(state: ShardState) -> list[tuple[Key, Value | None]]:
-    """An Empty group without offsets is forgotten; a stored one needs a tombstone."""
+    """An Empty group without offsets, committed or pending, is forgotten; a stored one needs
+    a tombstone."""
     tombstones: list[tuple[Key, Value | None]] = []
     for group_id, group in list(state.groups.items()):
-        if group.is_in(GroupState.EMPTY) and group_id not in state.offsets:
+        if (
+            group.is_in(GroupState.EMPTY)
+            and group_id not in state.offsets
+            and group_id not in state.pending_txn
+        ):
             del state.groups[group_id]
             state.waiting.pop(group_id, None)
             if group.generation > 0:

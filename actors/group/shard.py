@@ -9,27 +9,31 @@ serve independently (Kafka gets the same from per-group locks and a loading sche
 This module is the actor: its mailbox and handlers, loading and unloading, the state it owns
 (one `ShardState`, state.py) and the mechanisms the rules act through (alarms on its clock,
 writes to its offsets partition). The rules are functions of that state, called from the
-handlers: membership.py (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, sessions and rebalances)
-and offsets.py (OffsetCommit, OffsetFetch, expiry and removal of offsets). Its messages are in
-messages.py and importable from here too.
+handlers: membership.py (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, sessions and rebalances),
+offsets.py (OffsetCommit, OffsetFetch, expiry and removal of offsets) and txn_offsets.py
+(TxnOffsetCommit, and a transaction's offsets committed or dropped by its marker). Its messages
+are in messages.py and importable from here too.
 
 Lifecycle (seed 002, handleGroupImmigration / handleGroupEmigration):
 
 * **Loading** (`on_start`, in a task of its own): every record of the partition from the log
   start to the high watermark seen when loading began, later records overriding earlier ones and
-  tombstones removing; groups with members come back Stable with fresh session timers, the
-  others Empty. While `loading` is True the router answers COORDINATOR_LOAD_IN_PROGRESS without
-  asking. Only a whole load is served: an attempt that fails (the HW never caught up with the
-  log as of the election, a read answered an error) is dropped and retried after a backoff on
-  the clock, `loading` staying True, until one succeeds or the shard is stopped. Messages told
-  meanwhile (deleted partitions) wait in the mailbox until the load is done.
-* **Serving**: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
-  DescribeGroups and ListGroups (the `@handles` methods). A request that must wait (a join until
-  the rebalance completes, a sync until the leader's assignment is stored, a commit until its
-  records are replicated) gets back a future, which the handler completes later from another
-  message: the mailbox never blocks on a member or on replication.
+  tombstones removing, a transaction's offsets pending until its marker (txn_offsets.py); groups
+  with members come back Stable with fresh session timers, the others Empty. While `loading` is
+  True the router answers COORDINATOR_LOAD_IN_PROGRESS without asking. Only a whole load is
+  served: an attempt that fails (the HW never caught up with the log as of the election, a read
+  answered an error) is dropped and retried after a backoff on the clock, `loading` staying
+  True, until one succeeds or the shard is stopped. Messages told meanwhile (deleted
+  partitions, ended transactions) wait in the mailbox until the load is done.
+* **Serving**: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, TxnOffsetCommit,
+  OffsetFetch, DescribeGroups and ListGroups (the `@handles` methods). A request that must wait
+  (a join until the rebalance completes, a sync until the leader's assignment is stored, a
+  commit until its records are replicated) gets back a future, which the handler completes
+  later from another message: the mailbox never blocks on a member or on replication.
 * **Deleted partitions** (`RemoveOffsets`): the committed offsets of partitions the cluster
   deleted are dropped with tombstones, and a group left Empty without offsets is forgotten.
+* **Transactions ended** (`TxnCompleted`, from the broker once a COMMIT or ABORT marker is
+  written to the partition): the producer's pending offsets are committed or dropped.
 * **Unloading** (`stop()` -> `on_stop`): every waiting member is answered NOT_COORDINATOR, every
   group goes Dead, and the state is dropped; the new leader loads it from the log. A shard still
   loading cancels the load at once instead of waiting for it (it may be parked for seconds,
@@ -40,8 +44,8 @@ Time: session and rebalance deadlines are alarms on the injected clock whose cal
 metadata after the leader's SyncGroup, offset commits, expiry tombstones) go through the
 injected `OffsetsLog.append` with acks=all; their outcome comes back as a message too.
 
-Simplifications (static membership, transactional offset commits, pending members) are said
-in membership.py and offsets.py.
+Simplifications (static membership, pending members, KIP-890's verification of transactional
+commits) are said in membership.py and txn_offsets.py.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ import random
 from collections.abc import Coroutine
 from typing import Any, Final
 
-from actors.group import membership, offsets
+from actors.group import membership, offsets, txn_offsets
 from actors.group.config import GroupCoordinatorConfig
 from actors.group.messages import (
     Beat,
@@ -70,14 +74,17 @@ from actors.group.messages import (
     RemoveOffsets,
     SessionExpired,
     Sync,
+    TxnCommit,
+    TxnCompleted,
+    TxnOffsetsStored,
 )
 from actors.group.metadata import Group, GroupState, states_named
-from actors.group.state import AfterWrite, ShardState
+from actors.group.state import AfterWrite, PendingTxnOffset, ShardState
 from actors.partition_log import InternalTopicLog, LogChunk
 from runtime.actor import Actor, MailboxError, handles
 from runtime.clock import NS_PER_MS, Alarm, Clock
 from wire.errors import ErrorCode
-from wire.group_records import GroupValue, OffsetValue, iter_group_records
+from wire.group_records import GroupValue, OffsetValue
 from wire.messages import (
     DescribedGroup,
     DescribedGroupMember,
@@ -88,6 +95,7 @@ from wire.messages import (
     OffsetCommitResponse,
     OffsetFetchResponse,
     SyncGroupResponse,
+    TxnOffsetCommitResponse,
 )
 
 __all__ = [
@@ -103,6 +111,8 @@ __all__ = [
     "OffsetsLog",
     "RemoveOffsets",
     "Sync",
+    "TxnCommit",
+    "TxnCompleted",
 ]
 
 log = logging.getLogger(__name__)
@@ -155,6 +165,11 @@ class GroupShard(Actor):
     def offsets(self) -> dict[str, dict[tuple[str, int], OffsetValue]]:
         """Each group's committed offsets (for tests: other actors ask)."""
         return self._state.offsets
+
+    @property
+    def pending_txn(self) -> dict[str, dict[int, dict[tuple[str, int], PendingTxnOffset]]]:
+        """Each group's offsets of transactions not yet ended, per producer id (for tests)."""
+        return self._state.pending_txn
 
     # -- what the rules act through --------------------------------------------------------
 
@@ -229,8 +244,7 @@ class GroupShard(Actor):
         leadership: the coordinator stops the shard, which cancels them."""
         backoff_ms = LOAD_RETRY_BACKOFF_MS
         while (error := await self._load_once()) is not ErrorCode.NONE:
-            self._state.groups.clear()
-            self._state.offsets.clear()
+            self._state.clear_stored()
             log.warning("%s: load failed (%s), retry in %d ms", self.name, error.name, backoff_ms)
             await self.clock.sleep(backoff_ms / 1000)
             backoff_ms = min(2 * backoff_ms, LOAD_RETRY_BACKOFF_MAX_MS)
@@ -254,10 +268,7 @@ class GroupShard(Actor):
                 return chunk
             if end is None:
                 end = chunk.high_watermark
-            for record_offset, key, value in iter_group_records(chunk.records):
-                if record_offset >= end:
-                    break
-                offsets.load_record(state, key, value, group_values)
+            txn_offsets.load_batches(state, chunk.records, end, group_values)
             # Done at `end`, or when a read brings nothing: the log holds nothing more below it.
             if chunk.next_offset <= offset or chunk.next_offset >= end:
                 break
@@ -268,10 +279,16 @@ class GroupShard(Actor):
                 state.groups[group_id] = group
                 for member_id in group.members:
                     membership.arm_session(state, group, member_id)
-        for group_id in state.offsets:
+        for group_id in (*state.offsets, *state.pending_txn):
             state.groups.setdefault(group_id, Group(group_id))
+        assert end is not None  # set by the first read, which answered
+        state.next_order = end  # what this shard writes comes after everything it loaded
         log.info(
-            "%s: loaded %d groups, offsets of %d", self.name, len(state.groups), len(state.offsets)
+            "%s: loaded %d groups, offsets of %d, transactions pending in %d",
+            self.name,
+            len(state.groups),
+            len(state.offsets),
+            len(state.pending_txn),
         )
         return ErrorCode.NONE
 
@@ -281,8 +298,7 @@ class GroupShard(Actor):
             task.cancel()
         await asyncio.gather(*self._writes, return_exceptions=True)
         self._state.waiting.clear()
-        self._state.groups.clear()
-        self._state.offsets.clear()
+        self._state.clear_stored()
 
     # -- membership (membership.py) --------------------------------------------------------
 
@@ -323,6 +339,18 @@ class GroupShard(Actor):
     @handles(OffsetsStored)
     def _offsets_stored(self, message: OffsetsStored) -> None:
         offsets.offsets_stored(self._state, message)
+
+    @handles(TxnCommit)
+    def _txn_commit(self, message: TxnCommit) -> asyncio.Future[TxnOffsetCommitResponse]:
+        return txn_offsets.txn_commit(self._state, message.request)
+
+    @handles(TxnOffsetsStored)
+    def _txn_offsets_stored(self, message: TxnOffsetsStored) -> None:
+        txn_offsets.txn_offsets_stored(self._state, message)
+
+    @handles(TxnCompleted)
+    def _txn_completed(self, message: TxnCompleted) -> None:
+        txn_offsets.complete(self._state, message.producer_id, commit=message.commit)
 
     @handles(FetchOffsets)
     def _fetch_offsets(self, message: FetchOffsets) -> OffsetFetchResponse:

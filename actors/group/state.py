@@ -1,15 +1,27 @@
 """`ShardState`: everything one `GroupShard` owns, and the means the group rules act through.
 
 The shard actor creates one `ShardState` and is its only owner: its handlers pass it to the
-rules in `membership.py` and `offsets.py`, which change it and return, so only the shard's task
-ever touches it (no locks, as for any actor). The rules never see the mailbox or the log: to act
-later they ask the shard for an alarm (`alarm`: tell the shard a message after some ms) or a
-write (`write`: append a batch to the shard's offsets partition with acks=all, then tell the
-shard the message built from the outcome), and the outcome comes back as a message.
+rules in `membership.py`, `offsets.py` and `txn_offsets.py`, which change it and return, so
+only the shard's task ever touches it (no locks, as for any actor). The rules never see the
+mailbox or the log: to act later they ask the shard for an alarm (`alarm`: tell the shard a
+message after some ms) or a write (`write`: append a batch to the shard's offsets partition
+with acks=all, then tell the shard the message built from the outcome), and the outcome comes
+back as a message.
 
-What is stored (`groups`, `offsets`) is rebuilt from the offsets partition when a shard loads;
-`waiting` is not stored: parked answers and alarms die with the shard, whose unloading answers
-every waiting member NOT_COORDINATOR.
+What is stored (`groups`, `offsets`, and the transactional offsets not yet ended by a marker,
+`pending_txn`) is rebuilt from the offsets partition when a shard loads; `waiting` is not
+stored: parked answers and alarms die with the shard, whose unloading answers every waiting
+member NOT_COORDINATOR.
+
+Orders (`committed_order`, `PendingTxnOffset.order`, `next_order`) say where an offset's record
+lies in the offsets partition, so that a transaction's offsets, committed by its marker, replace
+only committed offsets whose records came before theirs (Kafka's
+CommitRecordMetadataAndOffset.olderThan). A loaded record's order is its offset; a record
+written by this shard gets `next_write_order()` when its write is issued, counting up from the
+high watermark the load stopped at. They are only compared, never used as offsets: the writes
+of one shard reach the partition in the order they are issued (each write task takes the same
+path to the partition's mailbox, and tasks and full mailboxes both wake their waiters first in,
+first out), so issue order is log order.
 """
 
 from __future__ import annotations
@@ -49,6 +61,16 @@ class Waiting:
 
 
 @dataclass(slots=True, eq=False)
+class PendingTxnOffset:
+    """An offset a transaction committed (TxnOffsetCommit) and no marker has ended yet.
+    `written` once its record is replicated: only then may a COMMIT marker apply it."""
+
+    value: OffsetValue
+    order: int
+    written: bool = False
+
+
+@dataclass(slots=True, eq=False)
 class ShardState:
     """One shard's groups, offsets and waiting members, with what the rules need to act."""
 
@@ -60,6 +82,13 @@ class ShardState:
     write: Callable[[bytes, AfterWrite], None]  # append `batch`, then tell what AfterWrite says
     groups: dict[str, Group] = field(default_factory=dict)
     offsets: dict[str, dict[tuple[str, int], OffsetValue]] = field(default_factory=dict)
+    # Each committed offset's order (the module doc), beside `offsets`.
+    committed_order: dict[str, dict[tuple[str, int], int]] = field(default_factory=dict)
+    # Group -> producer id -> (topic, partition) -> its transaction's offset (txn_offsets.py).
+    pending_txn: dict[str, dict[int, dict[tuple[str, int], PendingTxnOffset]]] = field(
+        default_factory=dict
+    )
+    next_order: int = 0
     waiting: dict[str, Waiting] = field(default_factory=dict)
     tokens: int = 0
 
@@ -78,6 +107,47 @@ class ShardState:
 
     def waits(self, group_id: str) -> Waiting:
         return self.waiting.setdefault(group_id, Waiting())
+
+    def next_write_order(self) -> int:
+        """The order of a record whose write is being issued now."""
+        order = self.next_order
+        self.next_order += 1
+        return order
+
+    def commit_offset(
+        self, group_id: str, tp: tuple[str, int], value: OffsetValue, order: int
+    ) -> None:
+        """Make `value` the committed offset unless the committed one's record came later
+        (Kafka's olderThan check, for plain and transactional commits alike)."""
+        orders = self.committed_order.setdefault(group_id, {})
+        current = orders.get(tp)
+        if current is not None and current > order:
+            return
+        self.offsets.setdefault(group_id, {})[tp] = value
+        orders[tp] = order
+
+    def forget_committed(self, group_id: str, tp: tuple[str, int]) -> None:
+        """Drop one committed offset (a tombstone); a group left without any loses its entry."""
+        for table in (self.offsets, self.committed_order):
+            entries = table.get(group_id)
+            if entries is not None:
+                entries.pop(tp, None)
+                if not entries:
+                    del table[group_id]
+
+    def pending_partitions(self, group_id: str) -> frozenset[tuple[str, int]]:
+        """The group's partitions with offsets of a transaction not yet ended."""
+        return frozenset(
+            tp for pending in self.pending_txn.get(group_id, {}).values() for tp in pending
+        )
+
+    def clear_stored(self) -> None:
+        """Forget what the partition holds (a failed load, an unload)."""
+        self.groups.clear()
+        self.offsets.clear()
+        self.committed_order.clear()
+        self.pending_txn.clear()
+        self.next_order = 0
 
 
 def settle(future: asyncio.Future[T], value: T) -> None:

@@ -335,7 +335,9 @@ class PartitionActor(Actor):
             return LeaderAppendResult(ErrorCode.NOT_ENOUGH_REPLICAS)
         with self._log_io("leader append"):
             try:
-                info = self._log.append_as_leader(message.records, self._leader_epoch)
+                info = self._log.append_as_leader(
+                    message.records, self._leader_epoch, origin=message.origin
+                )
             except CorruptRecordError:
                 return LeaderAppendResult(ErrorCode.CORRUPT_MESSAGE)
             except RecordTooLargeError:

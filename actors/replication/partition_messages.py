@@ -14,6 +14,7 @@ from actors.views import NO_LEADERSHIP, PartitionView
 from runtime.actor import Ask
 from runtime.log.log import Records
 from runtime.log.offsets import LogAppendInfo, LogOffsetMetadata
+from runtime.log.producer_state import AppendOrigin
 from runtime.log.transaction_index import AbortedTxn
 from wire.errors import ErrorCode
 from wire.messages.control import LeaderAndIsrPartitionState
@@ -99,11 +100,13 @@ class AppendAsLeader(Ask[LeaderAppendResult]):
     """`min_insync_replicas` overrides the actor's config (a topic-level setting) when given.
 
     A client's acks value is checked once, where requests enter (the request path answers
-    INVALID_REQUIRED_ACKS); a bad value here is a caller's bug."""
+    INVALID_REQUIRED_ACKS); a bad value here is a caller's bug. `origin` COORDINATOR: a
+    coordinator of this broker writes (its batches skip the producer's sequence rules)."""
 
     records: Records
     required_acks: int = ACKS_ALL
     min_insync_replicas: int | None = None
+    origin: AppendOrigin = AppendOrigin.CLIENT
 
     def __post_init__(self) -> None:
         if self.required_acks not in (ACKS_NONE, ACKS_LEADER, ACKS_ALL):

@@ -7,6 +7,11 @@ ReplicaManager publishes (an immutable mapping, replaced whole on change), asks 
 directly, and parks acks=all produces and fetches short of min_bytes in the broker's
 `DelayedOperations`.
 
+The broker has two: the clients' (every API handler's), and one with `AppendOrigin.COORDINATOR`
+over the same partitions and purgatories for the coordinators' own writes to their internal
+topics (Kafka's appends with AppendOrigin.COORDINATOR): a transactional offset commit carries
+its producer's id and epoch but not its sequence numbers, so its leader checks the epoch only.
+
 Ownership and why no lock: `RequestPath` owns no mutable broker state. It reads published
 snapshots (routing table, `PartitionView`s), sends messages to partition actors, and hands
 delayed operations to the purgatories, whose methods never await. Each request's own state lives
@@ -50,6 +55,7 @@ from actors.replication.partition_messages import (
 )
 from actors.views import PartitionView
 from runtime.actor import Actor, ActorFatalError, Ask, MailboxClosed
+from runtime.log.producer_state import AppendOrigin
 from wire.errors import ErrorCode
 from wire.messages import (
     EpochEndOffset,
@@ -129,11 +135,15 @@ class RequestPath:
         *,
         message_max_bytes: int = DEFAULT_MESSAGE_MAX_BYTES,
         min_insync_replicas: Callable[[str], int] = lambda topic: 1,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> None:
+        """`origin` COORDINATOR: a path for the coordinators' own writes to their internal
+        topics, never for a client's request (the appends skip the producer's sequence rules)."""
         self._partitions = partitions
         self._delayed = delayed
         self._message_max_bytes = message_max_bytes
         self._min_insync_replicas = min_insync_replicas
+        self._origin = origin
 
     def view_of(self, tp: TopicPartition) -> PartitionView | None:
         """The partition's latest published view (the lookup delayed operations use)."""
@@ -199,7 +209,8 @@ class RequestPath:
         if actor is None:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         result = await ask_partition(
-            actor, AppendAsLeader(records, acks, self._min_insync_replicas(tp.topic))
+            actor,
+            AppendAsLeader(records, acks, self._min_insync_replicas(tp.topic), self._origin),
         )
         if isinstance(result, LeaderAppendResult) and result.error is not ErrorCode.NONE:
             return result.error

@@ -28,6 +28,8 @@ from runtime.actor import MailboxError
 from runtime.clock import Clock
 from wire.errors import ErrorCode
 from wire.messages import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
     AddPartitionsToTxnPartitionResult,
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
@@ -122,18 +124,9 @@ class TransactionCoordinator(PartitionRouter[TransactionShard]):
             # KIP-890's verification is not built: nothing is ever verified here.
             error = ErrorCode.UNSUPPORTED_VERSION
         else:
-            shard = self.shard_for(txn.transactional_id)
-            if isinstance(shard, ErrorCode):
-                error = shard
-            else:
-                try:
-                    error = await shard.ask(
-                        AddPartitions(
-                            txn.transactional_id, txn.producer_id, txn.producer_epoch, partitions
-                        )
-                    )
-                except MailboxError:
-                    error = ErrorCode.NOT_COORDINATOR
+            error = await self._ask_add(
+                AddPartitions(txn.transactional_id, txn.producer_id, txn.producer_epoch, partitions)
+            )
         return AddPartitionsToTxnResult(
             transactional_id=txn.transactional_id,
             topic_results=[
@@ -149,6 +142,31 @@ class TransactionCoordinator(PartitionRouter[TransactionShard]):
                 for topic in txn.topics
             ],
         )
+
+    async def _ask_add(self, message: AddPartitions) -> ErrorCode:
+        shard = self.shard_for(message.transactional_id)
+        if isinstance(shard, ErrorCode):
+            return shard
+        try:
+            return await shard.ask(message)
+        except MailboxError:
+            return ErrorCode.NOT_COORDINATOR
+
+    async def add_offsets_to_txn(
+        self, request: AddOffsetsToTxnRequest, offsets_partition: TopicPartition
+    ) -> AddOffsetsToTxnResponse:
+        """AddOffsetsToTxn: the group's `__consumer_offsets` partition (`offsets_partition`, by
+        the group coordinator's partitioning) joins the transaction, exactly as an
+        AddPartitionsToTxn of that one partition (Kafka's handleAddOffsetsToTxnRequest)."""
+        error = await self._ask_add(
+            AddPartitions(
+                request.transactional_id,
+                request.producer_id,
+                request.producer_epoch,
+                frozenset({offsets_partition}),
+            )
+        )
+        return AddOffsetsToTxnResponse(error_code=error)
 
     async def end_txn(self, request: EndTxnRequest) -> EndTxnResponse:
         shard = self.shard_for(request.transactional_id)

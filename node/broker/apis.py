@@ -15,6 +15,10 @@ control-plane APIs (LeaderAndIsr, StopReplica, UpdateMetadata) on connections th
 the cluster secret, and the Kafka listener serves only the APIs in `wire.kafka.apis.APIS`, none
 of them control-plane.
 
+WriteTxnMarkers tells the group coordinator which `__consumer_offsets` partitions got a marker
+(`GroupCoordinator.on_transaction_completed`, as Kafka's KafkaApis does) and answers only after,
+so a transaction's offsets are committed or dropped before the transaction coordinator ends it.
+
 Ownership: the handlers run on the event loop and only forward to the parts that own state (the
 ReplicaManager's actor, the request path, the group coordinator, the controller forwarder), so
 nothing here needs a lock.
@@ -41,8 +45,11 @@ from node.broker.producer_ids import ProducerIdManager
 from runtime.net.dialect import Handler, RequestContext
 from wire.error_responses import error_response
 from wire.errors import ErrorCode
+from wire.group_records import OFFSETS_TOPIC
 from wire.kafka.apis import ADD_PARTITIONS_TO_TXN_BATCHED
 from wire.messages import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
     ApiKey,
@@ -90,11 +97,14 @@ from wire.messages import (
     StopReplicaResponse,
     SyncGroupRequest,
     SyncGroupResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
     UpdateMetadataRequest,
     UpdateMetadataResponse,
     WriteTxnMarkersRequest,
     WriteTxnMarkersResponse,
 )
+from wire.topic import TopicPartition
 
 # KIP-394: from JoinGroup v4 a new Kafka member first learns its id from MEMBER_ID_REQUIRED.
 KNOWN_MEMBER_ID_VERSION: Final = 4
@@ -135,6 +145,7 @@ class BrokerApis:
             ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
             # transactions (the coordinator on __transaction_state)
             ApiKey.ADD_PARTITIONS_TO_TXN: self.add_partitions_to_txn,
+            ApiKey.ADD_OFFSETS_TO_TXN: self.add_offsets_to_txn,
             ApiKey.END_TXN: self.end_txn,
             # admin, forwarded to the controller (KIP-590), and configs
             ApiKey.CREATE_TOPICS: self.create_topics,
@@ -148,6 +159,7 @@ class BrokerApis:
             ApiKey.HEARTBEAT: self.heartbeat,
             ApiKey.LEAVE_GROUP: self.leave_group,
             ApiKey.OFFSET_COMMIT: self.offset_commit,
+            ApiKey.TXN_OFFSET_COMMIT: self.txn_offset_commit,
             ApiKey.OFFSET_FETCH: self.offset_fetch,
             ApiKey.DESCRIBE_GROUPS: self.describe_groups,
             ApiKey.LIST_GROUPS: self.list_groups,
@@ -181,7 +193,21 @@ class BrokerApis:
     async def write_txn_markers(
         self, request: WriteTxnMarkersRequest, ctx: RequestContext
     ) -> WriteTxnMarkersResponse:
-        return await self._request_path.write_txn_markers(request)
+        response = await self._request_path.write_txn_markers(request)
+        # The request path answers each marker in request order.
+        for marker, result in zip(request.markers, response.markers, strict=True):
+            written = [
+                TopicPartition(topic.name, partition.partition_index)
+                for topic in result.topics
+                if topic.name == OFFSETS_TOPIC
+                for partition in topic.partitions
+                if partition.error_code == ErrorCode.NONE
+            ]
+            if written:
+                await self._groups.coordinator.on_transaction_completed(
+                    marker.producer_id, written, commit=marker.transaction_result
+                )
+        return response
 
     async def metadata(self, request: MetadataRequest, ctx: RequestContext) -> MetadataResponse:
         metadata = self._replica_manager.metadata
@@ -216,6 +242,16 @@ class BrokerApis:
             assert isinstance(response, AddPartitionsToTxnResponse), response
             return response
         return await transactions.add_partitions_to_txn(request)
+
+    async def add_offsets_to_txn(
+        self, request: AddOffsetsToTxnRequest, ctx: RequestContext
+    ) -> AddOffsetsToTxnResponse:
+        if self._groups.transactions is None:
+            return AddOffsetsToTxnResponse(error_code=ErrorCode.NOT_COORDINATOR)
+        offsets_partition = TopicPartition(
+            OFFSETS_TOPIC, self._groups.coordinator.partition_of(request.group_id)
+        )
+        return await self._groups.transactions.add_offsets_to_txn(request, offsets_partition)
 
     async def end_txn(self, request: EndTxnRequest, ctx: RequestContext) -> EndTxnResponse:
         if self._groups.transactions is None:
@@ -275,6 +311,11 @@ class BrokerApis:
         self, request: OffsetCommitRequest, ctx: RequestContext
     ) -> OffsetCommitResponse:
         return await self._groups.coordinator.offset_commit(request)
+
+    async def txn_offset_commit(
+        self, request: TxnOffsetCommitRequest, ctx: RequestContext
+    ) -> TxnOffsetCommitResponse:
+        return await self._groups.coordinator.txn_offset_commit(request)
 
     async def offset_fetch(
         self, request: OffsetFetchRequest, ctx: RequestContext

@@ -93,6 +93,7 @@ from node.broker.txn_markers import TxnMarkerSender
 from runtime.actor import ActorStatistics
 from runtime.clock import Clock
 from runtime.log.manager import LoadedDir, LogManager
+from runtime.log.producer_state import AppendOrigin
 from runtime.metrics.broker import BrokerMetrics
 from runtime.metrics.endpoint import MetricsHttpServer
 from runtime.metrics.registry import METRICS_DISABLED
@@ -284,13 +285,22 @@ class BrokerNode:
             # The topic's override (from the controller's topic configs), else the broker's.
             min_insync_replicas=lambda topic: self.replica_manager.min_insync_replicas(topic),
         )
+        # The coordinators' own writes (a transactional offset commit has its producer's epoch
+        # but not its sequence numbers): the same partitions and purgatories, another origin.
+        self.coordinator_path = RequestPath(
+            self.replica_manager.partition,
+            self.delayed,
+            message_max_bytes=config.message_max_bytes,
+            min_insync_replicas=lambda topic: self.replica_manager.min_insync_replicas(topic),
+            origin=AppendOrigin.COORDINATOR,
+        )
 
     def _build_groups(self) -> None:
         """The group coordinator on __consumer_offsets, written and read through the data path."""
         config, clock = self.config, self.clock
         self.group_coordinator = GroupCoordinator(
             RequestPathOffsetsLog(
-                self.request_path, config.groups.offsets_commit_timeout_ms, clock
+                self.coordinator_path, config.groups.offsets_commit_timeout_ms, clock
             ),
             config.groups,
             clock=clock,
@@ -308,7 +318,7 @@ class BrokerNode:
         )
         self.txn_coordinator = TransactionCoordinator(
             RequestPathOffsetsLog(
-                self.request_path,
+                self.coordinator_path,
                 config.transactions.write_timeout_ms,
                 clock,
                 topic=TRANSACTION_STATE_TOPIC,

@@ -77,6 +77,7 @@ from runtime.log.producer_replay import (
     replay,
 )
 from runtime.log.producer_state import (
+    AppendOrigin,
     BatchMetadata,
     CompletedTxn,
     Duplicate,
@@ -254,8 +255,11 @@ class Log:
 
     # -- append ---------------------------------------------------------------------------------
 
-    def append_as_leader(self, records: Records, leader_epoch: int) -> LogAppendInfo:
-        """Validate, assign offsets from the LEO, stamp `leader_epoch`, append.
+    def append_as_leader(
+        self, records: Records, leader_epoch: int, *, origin: AppendOrigin = AppendOrigin.CLIENT
+    ) -> LogAppendInfo:
+        """Validate, assign offsets from the LEO, stamp `leader_epoch`, append. `origin`: who
+        wrote the batch, for the producer-state rules (`ProducerStateManager.check`).
 
         The stored bytes are the producer's with baseOffset and partitionLeaderEpoch (bytes 0-8
         and 12-16, outside the CRC) replaced. The replacement is written by vectored I/O — a
@@ -305,6 +309,7 @@ class Log:
                 base_sequence,
                 last_sequence,
                 is_transactional=transactional,
+                origin=origin,
             )
             if type(verdict) is Duplicate:
                 return self._duplicate_info(verdict.metadata)

@@ -18,6 +18,13 @@ the first offset of the ongoing transaction, if any. From that:
   non-transactional batch while a transaction is ongoing          INVALID_TXN_STATE
   ==============================================================  =============================
 
+  A batch a coordinator of this broker writes (`AppendOrigin.COORDINATOR`: the group
+  coordinator's transactional offset commits, written with the producer's id and epoch but
+  sequences of its own) skips the duplicate and sequence rows, as Kafka's AppendOrigin.COORDINATOR
+  does: the producer numbers only the batches it sends itself, so the coordinator's cannot
+  follow them, and two commits of the same size would read as a retry. The epoch row still
+  applies, so a fenced producer's late commit is refused.
+
 * `update`, `complete_txn`, `update_from_batch` — fold in what was appended. They never reject:
   leader appends (after `check`), follower appends and recovery replay build the same state.
 * `first_unstable_offset` — the first offset of the oldest ongoing transaction (for the LSO).
@@ -36,6 +43,7 @@ block (file I/O, fsync); everything else is in memory.
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections import deque
 from collections.abc import Mapping
@@ -56,6 +64,14 @@ UNKNOWN_COORDINATOR_EPOCH: Final = -1
 CONTROL_TYPE_ABORT: Final = 0  # Kafka's ControlRecordType ids, from the control record key
 CONTROL_TYPE_COMMIT: Final = 1
 _SEQUENCE_MODULUS: Final = 1 << 31  # sequences are non-negative int32s
+
+
+class AppendOrigin(enum.Enum):
+    """Who asks for a leader append (Kafka's AppendOrigin; a follower's appends have a path of
+    their own, `Log.append_as_follower`)."""
+
+    CLIENT = enum.auto()  # a producer's request: every rule of `check`
+    COORDINATOR = enum.auto()  # a coordinator on this broker: no duplicate or sequence rules
 
 
 def increment_sequence(sequence: int, increment: int) -> int:
@@ -187,15 +203,18 @@ class ProducerStateManager:
         last_seq: int,
         *,
         is_transactional: bool,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> SequenceCheck:
-        """The rules of the module docstring for one batch a client produced. Changes nothing."""
+        """The rules of the module docstring for one batch to append as leader. Changes
+        nothing."""
         if producer_id < 0:
             return ACCEPTED
         entry = self._producers.get(producer_id)
         if entry is None:
             return ACCEPTED
         current_epoch = entry.producer_epoch
-        if producer_epoch == current_epoch:
+        client = origin is AppendOrigin.CLIENT
+        if client and producer_epoch == current_epoch:
             duplicate = entry.find_duplicate(first_seq, last_seq)
             if duplicate is not None:
                 return Duplicate(duplicate)
@@ -203,7 +222,7 @@ class ProducerStateManager:
             return ErrorCode.INVALID_PRODUCER_EPOCH
         # An entry without an epoch (never written by a real producer) fences nothing, as the
         # absent entry does.
-        if current_epoch != NO_PRODUCER_EPOCH:
+        if client and current_epoch != NO_PRODUCER_EPOCH:
             if producer_epoch != current_epoch:
                 if first_seq != 0:
                     return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER

@@ -315,7 +315,7 @@ async def test_log_failure_is_fatal_and_marks_the_partition_offline(
     leader = await brokers.open(1, supervisor=lambda actor, error: failures.append(error))
     await leader.actor.ask(BecomeLeader(state(1, 0, (1,), replicas=(1,))))
 
-    def broken_append(records: object, leader_epoch: int) -> None:
+    def broken_append(records: object, leader_epoch: int, **_: object) -> None:
         raise OSError(5, "Input/output error")
 
     monkeypatch.setattr(leader.log, "append_as_leader", broken_append)
