@@ -26,8 +26,10 @@ unloading one partition's transactional ids is one ordered stream with one owner
 * **Timeouts**: every `transaction.abort.timed.out.transaction.cleanup.interval.ms` the ongoing
   transactions older than their timeout are aborted with the producer epoch bumped, so the
   producer that let them time out is fenced.
-* **Unloading** (`stop()`): pending requests are answered NOT_COORDINATOR and the state is
-  dropped; marker tasks are cancelled (the next leader resends what is owed).
+* **Unloading** (`stop()`): the requests already queued are served (their writes then fail if
+  the partition is led elsewhere, which answers NOT_COORDINATOR), later ones get
+  NOT_COORDINATOR from the router, and the state is dropped; marker tasks are cancelled (the next
+  leader resends what is owed).
 
 The coordinator epoch written into markers is the partition's leader epoch when this shard
 loaded it (Kafka's), so markers from a deposed coordinator are fenced by the partitions.
@@ -59,7 +61,7 @@ from actors.transactions.state import TransactionMetadata, TxnTransitMetadata
 from runtime.actor import Actor, Ask, handles
 from runtime.clock import Clock
 from wire.errors import ErrorCode
-from wire.records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
+from wire.records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, CorruptRecordError
 from wire.topic import TopicPartition
 from wire.transaction_log import (
     TRANSACTION_STATE_TOPIC,
@@ -73,6 +75,16 @@ log = logging.getLogger(__name__)
 
 LOAD_RETRY_BACKOFF_MS: Final = 100
 LOAD_RETRY_BACKOFF_MAX_MS: Final = 1_000
+# Kafka's answers for a failed write of the coordinator (TransactionStateManager's
+# appendTransactionToLog): retriable ones send the client back to FindCoordinator or to retry.
+_WRITE_ERRORS: Final = {
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+}
 
 
 class MarkerSender(Protocol):
@@ -124,6 +136,13 @@ class EndTxn(Ask[ErrorCode]):
 @dataclass(frozen=True, slots=True)
 class AbortTimedOut:
     """The timeout sweep's tick."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetryCompletion:
+    """A failed Complete* write's backoff ended: send the markers and complete again."""
+
+    transactional_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +229,7 @@ class TransactionShard(Actor):
                         self.txns[transactional_id] = TransactionMetadata.from_log_value(
                             transactional_id, value
                         )
-            except TransactionLogError as exc:
+            except (TransactionLogError, CorruptRecordError) as exc:
                 log.error("%s: unreadable record: %s", self.name, exc)
                 return ErrorCode.CORRUPT_MESSAGE
             if chunk.next_offset <= offset or chunk.next_offset >= end:
@@ -245,12 +264,7 @@ class TransactionShard(Actor):
             return ErrorCode.NONE
         metadata.abort_transition()
         log.warning("%s: %s: write failed: %s", self.name, transactional_id, error.name)
-        # Kafka's answers for a failed coordinator write: the client finds the coordinator again.
-        if error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
-            return ErrorCode.NOT_COORDINATOR
-        if error in (ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.REQUEST_TIMED_OUT):
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        return ErrorCode.UNKNOWN_SERVER_ERROR
+        return _WRITE_ERRORS.get(error, ErrorCode.UNKNOWN_SERVER_ERROR)
 
     # -- InitProducerId -----------------------------------------------------------------------
 
@@ -377,9 +391,27 @@ class TransactionShard(Actor):
             return
         error = await self._write(message.transactional_id, message.transit)
         if error is not ErrorCode.NONE:
-            # The markers are written; the record saying so is not. Try again: the Prepare*
-            # record is still the durable state, and resending markers is harmless.
+            # The markers are written; the record saying so is not. Try again after a backoff:
+            # the Prepare* record is still the durable state, and resending markers is harmless.
             log.warning("%s: completing %s failed: %s", self.name, message.transactional_id, error)
+            self._spawn(self._retry_completion(metadata), f"retry-{message.transactional_id}")
+
+    async def _retry_completion(self, metadata: TransactionMetadata) -> None:
+        await self.clock.sleep(LOAD_RETRY_BACKOFF_MS / 1000)
+        await self.tell(RetryCompletion(metadata.transactional_id))
+
+    @handles(RetryCompletion)
+    def _retry_completion_now(self, message: RetryCompletion) -> None:
+        metadata = self.txns.get(message.transactional_id)
+        if (
+            metadata is not None
+            and metadata.state
+            in (
+                TransactionState.PREPARE_COMMIT,
+                TransactionState.PREPARE_ABORT,
+            )
+            and not metadata.pending_transition_in_progress
+        ):
             self._send_markers(metadata)
 
     @handles(AbortTimedOut)
