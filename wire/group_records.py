@@ -386,7 +386,7 @@ def iter_group_records(records: bytes) -> Iterator[tuple[int, Key, Value | None]
     GroupRecordError for a record without a key or one that does not decode."""
     for position, header in iter_batches(records):
         if header.is_control:
-            continue  # transaction markers: ketch writes none, Kafka's offsets topic may hold them
+            continue  # transaction markers: the group shard's loader reads them (txn_offsets.py)
         for record in iter_records(records, position):
             if record.key is None:
                 raise GroupRecordError(f"offsets-topic record at offset {record.offset} has no key")

@@ -5,9 +5,8 @@ producer with the same transactional.id fences the first; and a transaction whos
 broker is killed with kill -9 before the commit is committed by the next coordinator, its records
 visible once.
 
-Not yet covered (not built): sending consumer offsets in a transaction (AddOffsetsToTxn and
-TxnOffsetCommit), so a consume-transform-produce loop cannot commit its input offsets
-transactionally yet.
+Consumer offsets in a transaction (a consume-transform-produce loop) are tested in
+test_transactions_eos.py.
 
 Bounded: every wait has a timeout; the processes are killed by PID whatever happens.
 """
