@@ -4,7 +4,8 @@ with read_committed, and a transactional producer writes each batch's transforme
 sends the consumer's positions with `send_offsets_to_transaction` (AddOffsetsToTxn, then
 TxnOffsetCommit to the group coordinator) before committing. A first run processes the whole
 input; a second run, over more input, has the transaction coordinator's broker killed with
-kill -9 in the middle of a transaction, before its commit. Afterwards the output read with
+kill -9 in the middle of a transaction, before its commit; a third the leader of a partition the
+transactions write to. Afterwards the output read with
 read_committed holds every input record exactly once, and the group's committed offsets (asked
 for stable offsets, as a read_committed consumer does) are the end of the input.
 
@@ -16,13 +17,14 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final
 
 import confluent_kafka
 import pytest
 
+from testkit.probes import partitions_of
 from testkit.processes import ProcessCluster, running_cluster
 from tests.integration.cluster_properties import CLUSTER_PROPERTIES
 from tests.integration.kafka_drivers import ConfluentDriver
@@ -204,21 +206,42 @@ def group_offsets(bootstrap: str) -> tuple[dict[int, int], dict[int, int]]:
         consumer.close()
 
 
-async def run_with_kill(cluster: ProcessCluster, bootstrap: str, expected: int) -> int:
-    """The second run: at transaction KILL_AT_TRANSACTION, before its commit, kill -9 the
-    transaction coordinator's broker; the loop then commits through the next coordinator."""
+async def run_with_kill(
+    cluster: ProcessCluster,
+    bootstrap: str,
+    expected: int,
+    victim_of: Callable[[], Awaitable[int]],
+) -> int:
+    """A run that, at transaction KILL_AT_TRANSACTION, before its commit, kill -9s the broker
+    `victim_of()` names, then restarts it once the run is over; the loop goes on through the
+    survivors. Returns the transactions committed."""
     pause = Pause(KILL_AT_TRANSACTION)
+    victim = -1
     loop = asyncio.create_task(
         asyncio.to_thread(consume_transform_produce, bootstrap, expected, pause)
     )
     try:
         reached = await asyncio.to_thread(pause.reached.wait, RUN_S)
         assert reached, "the loop never reached the transaction to interrupt"
-        victim = await coordinator_of(cluster, TRANSACTIONAL_ID)
+        victim = await victim_of()
         await cluster.broker(victim).kill()
     finally:
         pause.go_on.set()  # the loop goes on whatever happened here
-    return await loop
+    committed = await loop
+    if victim >= 0:
+        await cluster.broker(victim).start()
+        await cluster.wait_running([victim], timeout_s=WAIT_S)
+    return committed
+
+
+async def output_leader(cluster: ProcessCluster) -> int:
+    """The leader of the output's partition 0: a partition the transaction writes to."""
+    client = cluster.client()
+    try:
+        found = await partitions_of(client, cluster.addresses.values(), OUTPUT)
+        return found[0].leader_id
+    finally:
+        await client.close()
 
 
 async def test_consume_transform_produce_exactly_once_across_a_coordinator_kill(
@@ -240,10 +263,19 @@ async def test_consume_transform_produce_exactly_once_across_a_coordinator_kill(
         assert offsets == ends, (offsets, ends)
 
         second = await asyncio.to_thread(fill_input, bootstrap, 2)
-        committed_second = await run_with_kill(cluster, bootstrap, RECORDS_PER_RUN)
+        committed_second = await run_with_kill(
+            cluster, bootstrap, RECORDS_PER_RUN, lambda: coordinator_of(cluster, TRANSACTIONAL_ID)
+        )
         assert committed_second > KILL_AT_TRANSACTION
 
-        inputs = first + second
+        # A third run loses the leader of a partition it writes to, mid-transaction.
+        third = await asyncio.to_thread(fill_input, bootstrap, 3)
+        committed_third = await run_with_kill(
+            cluster, bootstrap, RECORDS_PER_RUN, lambda: output_leader(cluster)
+        )
+        assert committed_third > KILL_AT_TRANSACTION
+
+        inputs = first + second + third
         output = await asyncio.to_thread(read_output, bootstrap, len(inputs))
         offsets, ends = await asyncio.to_thread(group_offsets, bootstrap)
     assert output == sorted(transform(value) for value in inputs), "every input exactly once"
