@@ -1,9 +1,9 @@
-"""Transactions with librdkafka (confluent-kafka) against a ketch cluster in real processes
-(issue 19): a transactional producer at its default settings commits and aborts; read_committed
-consumers see exactly the committed records and read_uncommitted ones everything; a second
-producer with the same transactional.id fences the first; and a transaction whose coordinator's
-broker is killed with kill -9 before the commit is committed by the next coordinator, its records
-visible once.
+"""Transactions with librdkafka (confluent-kafka), aiokafka and kafka-python against a ketch
+cluster in real processes (issue 19): a transactional producer at its default settings commits
+and aborts; read_committed consumers see exactly the committed records and read_uncommitted ones
+everything; a second producer with the same transactional.id fences the first; and a
+transaction whose coordinator's broker is killed with kill -9 before the commit is committed by
+the next coordinator, its records visible once.
 
 Consumer offsets in a transaction (a consume-transform-produce loop) are tested in
 test_transactions_eos.py.
@@ -18,7 +18,9 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
+import aiokafka  # type: ignore[import-untyped]
 import confluent_kafka
+import kafka
 import pytest
 
 from testkit.probes import wait_until
@@ -165,3 +167,66 @@ async def test_a_transaction_survives_its_coordinators_kill_9(tmp_path: Path) ->
         await wait_until(new_coordinator, "a coordinator", timeout_s=WAIT_S)
         committed = await asyncio.to_thread(read_all, bootstrap, "read_committed", 5)
     assert committed == sorted(b"survived-%d" % i for i in range(5))
+
+
+async def test_aiokafka_and_kafka_python_transactions(tmp_path: Path) -> None:
+    """The two Python clients' transactional producers commit and abort; an aiokafka
+    read_committed consumer sees exactly the committed records."""
+    async with running_cluster(tmp_path, dict(PROPERTIES), kafka=True) as cluster:
+        bootstrap = cluster.kafka_bootstrap()
+        await ConfluentDriver(bootstrap).create_topic(
+            TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2"}
+        )
+        aio = aiokafka.AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id="aio")
+        await aio.start()
+        try:
+            async with aio.transaction():
+                for i in range(3):
+                    await aio.send(TOPIC, b"aio-committed-%d" % i, partition=i % PARTITIONS)
+            await aio.begin_transaction()
+            for i in range(2):
+                await aio.send_and_wait(TOPIC, b"aio-aborted-%d" % i, partition=0)
+            await aio.abort_transaction()
+        finally:
+            await aio.stop()
+
+        def kafka_python() -> None:
+            producer = kafka.KafkaProducer(
+                bootstrap_servers=bootstrap.split(","), transactional_id="kafka-python"
+            )
+            try:
+                producer.init_transactions()
+                producer.begin_transaction()
+                for i in range(3):
+                    producer.send(TOPIC, b"kp-committed-%d" % i, partition=i % PARTITIONS)
+                producer.commit_transaction()
+                producer.begin_transaction()
+                producer.send(TOPIC, b"kp-aborted", partition=1).get(WAIT_S)
+                producer.abort_transaction()
+            finally:
+                producer.close()
+
+        await asyncio.to_thread(kafka_python)
+        consumer = aiokafka.AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, isolation_level="read_committed"
+        )
+        await consumer.start()
+        try:
+            partitions = [aiokafka.TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+            consumer.assign(partitions)
+            await consumer.seek_to_beginning(*partitions)
+            got: list[bytes] = []
+            deadline = time.monotonic() + WAIT_S
+            while time.monotonic() < deadline and len(got) < 6:
+                batches = await consumer.getmany(timeout_ms=200)
+                got += [m.value for messages in batches.values() for m in messages if m.value]
+            # Anything beyond the committed six would arrive within a few more polls.
+            for _ in range(5):
+                batches = await consumer.getmany(timeout_ms=200)
+                got += [m.value for messages in batches.values() for m in messages if m.value]
+        finally:
+            await consumer.stop()
+    expected = [b"aio-committed-%d" % i for i in range(3)] + [
+        b"kp-committed-%d" % i for i in range(3)
+    ]
+    assert sorted(got) == sorted(expected)
