@@ -70,6 +70,8 @@ from actors.replication.partition_messages import (
     ACKS_ALL,
     NO_EPOCH,
     READ_COMMITTED,
+    ActiveProducer,
+    ActiveProducerState,
     AlterPartitionCompleted,
     AppendAsFollower,
     AppendAsLeader,
@@ -79,6 +81,7 @@ from actors.replication.partition_messages import (
     EpochEndOffset,
     FetchOffsetForTimestamp,
     FollowerAppendResult,
+    GetActiveProducers,
     GetView,
     LastOffsetForEpoch,
     LeaderAppendResult,
@@ -685,6 +688,32 @@ class PartitionActor(Actor):
     @handles(GetView)
     def _get_view(self, message: GetView) -> PartitionView:
         return self._view
+
+    @handles(GetActiveProducers)
+    def _active_producers(self, message: GetActiveProducers) -> ActiveProducerState:
+        error = self._check_fetch_permission(NO_EPOCH, leader_only=False)
+        if error is not None:
+            return ActiveProducerState(error)
+        # Copied here, on the actor's task: the entries are live and change with every append.
+        producers = self._log.producer_state.active_producers
+        return ActiveProducerState(
+            ErrorCode.NONE,
+            tuple(
+                ActiveProducer(
+                    producer_id=producer_id,
+                    producer_epoch=entry.producer_epoch,
+                    last_sequence=entry.last_seq,
+                    last_timestamp=entry.last_timestamp,
+                    coordinator_epoch=entry.coordinator_epoch,
+                    current_txn_start_offset=(
+                        -1
+                        if entry.current_txn_first_offset is None
+                        else entry.current_txn_first_offset
+                    ),
+                )
+                for producer_id, entry in sorted(producers.items())
+            ),
+        )
 
     # -- publishing and failure ---------------------------------------------------------------
 

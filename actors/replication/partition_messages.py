@@ -270,3 +270,36 @@ class FetchOffsetForTimestamp(Ask[OffsetForTimestampResult]):
     replica_id: int = -1
     fetch_only_from_leader: bool = True
     isolation_level: int = READ_UNCOMMITTED
+
+
+# -- DescribeProducers -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveProducer:
+    """One producer the replica's log keeps state for (Kafka's DescribeProducers ProducerState),
+    copied out of the live entry: `last_sequence` -1 with no data batch retained (after a
+    marker), `last_timestamp` the last batch's max timestamp, `current_txn_start_offset` the
+    first offset of its open transaction (-1: none)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveProducerState:
+    """`producers` by producer id, empty unless error is NONE."""
+
+    error: ErrorCode
+    producers: tuple[ActiveProducer, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GetActiveProducers(Ask[ActiveProducerState]):
+    """DescribeProducers for one partition (Kafka's Partition.activeProducerState): any replica
+    holding the log answers, leader or follower, as Kafka's does (an admin may ask a chosen
+    replica); a replica that is neither answers NOT_LEADER_OR_FOLLOWER."""

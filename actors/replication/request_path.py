@@ -1,4 +1,5 @@
-"""The broker's data path: Produce, Fetch, ListOffsets and OffsetForLeaderEpoch.
+"""The broker's data path: Produce, Fetch, ListOffsets and OffsetForLeaderEpoch (and
+DescribeProducers, which reads a partition's producer state the same way).
 
 These requests do not go through the ReplicaManager's mailbox: that would serialise every
 request of the broker behind one actor. `RequestPath` is a plain object the request handlers call
@@ -44,9 +45,11 @@ from actors.replication.partition_messages import (
     ACKS_LEADER,
     ACKS_NONE,
     READ_COMMITTED,
+    ActiveProducerState,
     AppendAsLeader,
     AppendTxnMarker,
     FetchOffsetForTimestamp,
+    GetActiveProducers,
     LastOffsetForEpoch,
     LeaderAppendResult,
     OffsetForTimestampResult,
@@ -58,6 +61,11 @@ from runtime.actor import Actor, ActorFatalError, Ask, MailboxClosed
 from runtime.log.producer_state import AppendOrigin
 from wire.errors import ErrorCode
 from wire.messages import (
+    DescribedProducer,
+    DescribeProducersPartitionResponse,
+    DescribeProducersRequest,
+    DescribeProducersResponse,
+    DescribeProducersTopicResponse,
     EpochEndOffset,
     FetchableTopicResponse,
     FetchAbortedTransaction,
@@ -473,6 +481,56 @@ class RequestPath:
             error_code=result.error,
             leader_epoch=result.leader_epoch,
             end_offset=result.end_offset,
+        )
+
+    # -- DescribeProducers ------------------------------------------------------------------
+
+    async def describe_producers(
+        self, request: DescribeProducersRequest, *, known: Callable[[TopicPartition], bool]
+    ) -> DescribeProducersResponse:
+        """Each partition's active producers, from the replica hosted here. A partition not
+        hosted here is NOT_LEADER_OR_FOLLOWER when `known` (the cluster has it: the admin client
+        asks its leader instead), else UNKNOWN_TOPIC_OR_PARTITION, as Kafka's
+        getPartitionOrError answers."""
+        topics = []
+        for topic in request.topics:
+            answers = await asyncio.gather(
+                *(
+                    self._active_producers(TopicPartition(topic.name, p), known)
+                    for p in topic.partition_indexes
+                )
+            )
+            topics.append(DescribeProducersTopicResponse(name=topic.name, partitions=list(answers)))
+        return DescribeProducersResponse(topics=topics)
+
+    async def _active_producers(
+        self, tp: TopicPartition, known: Callable[[TopicPartition], bool]
+    ) -> DescribeProducersPartitionResponse:
+        actor = self._partitions(tp)
+        result: ActiveProducerState | ErrorCode
+        if actor is None:
+            unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            result = ErrorCode.NOT_LEADER_OR_FOLLOWER if known(tp) else unknown
+        else:
+            result = await ask_partition(actor, GetActiveProducers())
+        if isinstance(result, ErrorCode):
+            return DescribeProducersPartitionResponse(
+                partition_index=tp.partition, error_code=result
+            )
+        return DescribeProducersPartitionResponse(
+            partition_index=tp.partition,
+            error_code=result.error,
+            active_producers=[
+                DescribedProducer(
+                    producer_id=p.producer_id,
+                    producer_epoch=p.producer_epoch,
+                    last_sequence=p.last_sequence,
+                    last_timestamp=p.last_timestamp,
+                    coordinator_epoch=p.coordinator_epoch,
+                    current_txn_start_offset=p.current_txn_start_offset,
+                )
+                for p in result.producers
+            ],
         )
 
 

@@ -23,6 +23,9 @@ unloading one partition's transactional ids is one ordered stream with one owner
   markers go out in a task of their own (`MarkerSender`: WriteTxnMarkers to each partition's
   leader, retried until written), and when they are all written a `MarkersWritten` message comes
   back and the Complete* record is written.
+* **Describing** (DescribeTransactions, ListTransactions): read-only snapshots of the ids'
+  metadata (`TransactionDescription`), never a write; a Dead id (being expired) is not shown,
+  as Kafka.
 * **Timeouts**: every `transaction.abort.timed.out.transaction.cleanup.interval.ms` the ongoing
   transactions older than their timeout are aborted with the producer epoch bumped, so the
   producer that let them time out is fenced.
@@ -33,6 +36,9 @@ unloading one partition's transactional ids is one ordered stream with one owner
 
 The coordinator epoch written into markers is the partition's leader epoch when this shard
 loaded it (Kafka's), so markers from a deposed coordinator are fenced by the partitions.
+
+A little over 500 lines: one actor's messages and the handlers that read or change its `txns`,
+which they share; the rules themselves are already out, in rules.py and state.py.
 """
 
 from __future__ import annotations
@@ -57,7 +63,7 @@ from actors.transactions.rules import (
     prepare_timed_out_abort,
     timed_out_transactions,
 )
-from actors.transactions.state import TransactionMetadata, TxnTransitMetadata
+from actors.transactions.state import NO_TIMESTAMP, TransactionMetadata, TxnTransitMetadata
 from runtime.actor import Actor, Ask, handles
 from runtime.clock import Clock
 from wire.errors import ErrorCode
@@ -131,6 +137,62 @@ class EndTxn(Ask[ErrorCode]):
     producer_id: int
     producer_epoch: int
     commit: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionDescription:
+    """One id's metadata as DescribeTransactions and ListTransactions show it, copied out."""
+
+    transactional_id: str
+    state: TransactionState
+    producer_id: int
+    producer_epoch: int
+    txn_timeout_ms: int
+    txn_start_timestamp: int  # -1: no transaction open
+    topic_partitions: frozenset[TopicPartition]
+
+    @classmethod
+    def of(cls, m: TransactionMetadata) -> TransactionDescription:
+        return cls(
+            m.transactional_id,
+            m.state,
+            m.producer_id,
+            m.producer_epoch,
+            m.txn_timeout_ms,
+            m.txn_start_timestamp,
+            frozenset(m.topic_partitions),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeTransaction(Ask[TransactionDescription | None]):
+    """None: the id is unknown here (Kafka's TRANSACTIONAL_ID_NOT_FOUND)."""
+
+    transactional_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ListTransactionStates(Ask[tuple[TransactionDescription, ...]]):
+    """The ids matching every filter (Kafka's listTransactionStates): `states` None is no
+    filter (an empty set matches nothing), `producer_ids` empty is none, and
+    `duration_filter_ms` >= 0 keeps transactions open longer than that."""
+
+    states: frozenset[TransactionState] | None = None
+    producer_ids: frozenset[int] = frozenset()
+    duration_filter_ms: int = -1
+
+    def matches(self, m: TransactionMetadata, now_ms: int) -> bool:
+        # Kafka's `now - start > duration`, except that an id with no start time (Empty) has
+        # no transaction to be old: Kafka's formula would list it as open since 1970.
+        start = m.txn_start_timestamp
+        return (
+            (self.states is None or m.state in self.states)
+            and (not self.producer_ids or m.producer_id in self.producer_ids)
+            and (
+                self.duration_filter_ms < 0
+                or (start != NO_TIMESTAMP and now_ms - start > self.duration_filter_ms)
+            )
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,6 +417,24 @@ class TransactionShard(Actor):
             self._send_markers(metadata)
         return error
 
+    # -- DescribeTransactions and ListTransactions (read-only) ---------------------------------
+
+    @handles(DescribeTransaction)
+    def _describe(self, message: DescribeTransaction) -> TransactionDescription | None:
+        metadata = self.txns.get(message.transactional_id)
+        if metadata is None or metadata.state is TransactionState.DEAD:
+            return None
+        return TransactionDescription.of(metadata)
+
+    @handles(ListTransactionStates)
+    def _list(self, message: ListTransactionStates) -> tuple[TransactionDescription, ...]:
+        now = self.clock.wall_ms()
+        return tuple(
+            TransactionDescription.of(metadata)
+            for _, metadata in sorted(self.txns.items())
+            if metadata.state is not TransactionState.DEAD and message.matches(metadata, now)
+        )
+
     # -- markers and completion ---------------------------------------------------------------
 
     def _send_markers(self, metadata: TransactionMetadata) -> None:
@@ -437,9 +517,12 @@ class TransactionShard(Actor):
 __all__ = [
     "TRANSACTION_STATE_TOPIC",
     "AddPartitions",
+    "DescribeTransaction",
     "EndTxn",
     "InitAnswer",
     "InitProducerId",
+    "ListTransactionStates",
     "MarkerSender",
+    "TransactionDescription",
     "TransactionShard",
 ]

@@ -61,8 +61,13 @@ from wire.messages import (
     DescribeClusterResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
+    DescribedTransaction,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
+    DescribeProducersRequest,
+    DescribeProducersResponse,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
     EndTxnRequest,
     EndTxnResponse,
     FetchRequest,
@@ -83,6 +88,8 @@ from wire.messages import (
     ListGroupsResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
     MetadataRequest,
     MetadataResponse,
     OffsetCommitRequest,
@@ -147,6 +154,10 @@ class BrokerApis:
             ApiKey.ADD_PARTITIONS_TO_TXN: self.add_partitions_to_txn,
             ApiKey.ADD_OFFSETS_TO_TXN: self.add_offsets_to_txn,
             ApiKey.END_TXN: self.end_txn,
+            # transactions, admin (KIP-664): coordinators and partition leaders describe them
+            ApiKey.DESCRIBE_TRANSACTIONS: self.describe_transactions,
+            ApiKey.LIST_TRANSACTIONS: self.list_transactions,
+            ApiKey.DESCRIBE_PRODUCERS: self.describe_producers,
             # admin, forwarded to the controller (KIP-590), and configs
             ApiKey.CREATE_TOPICS: self.create_topics,
             ApiKey.DELETE_TOPICS: self.delete_topics,
@@ -257,6 +268,34 @@ class BrokerApis:
         if self._groups.transactions is None:
             return EndTxnResponse(error_code=ErrorCode.NOT_COORDINATOR)
         return await self._groups.transactions.end_txn(request)
+
+    async def describe_transactions(
+        self, request: DescribeTransactionsRequest, ctx: RequestContext
+    ) -> DescribeTransactionsResponse:
+        if self._groups.transactions is None:
+            return DescribeTransactionsResponse(
+                transaction_states=[
+                    DescribedTransaction(
+                        error_code=ErrorCode.NOT_COORDINATOR, transactional_id=transactional_id
+                    )
+                    for transactional_id in request.transactional_ids
+                ]
+            )
+        return await self._groups.transactions.describe_transactions(request)
+
+    async def list_transactions(
+        self, request: ListTransactionsRequest, ctx: RequestContext
+    ) -> ListTransactionsResponse:
+        if self._groups.transactions is None:
+            return ListTransactionsResponse()  # coordinates no transactional id: none to list
+        return await self._groups.transactions.list_transactions(request)
+
+    async def describe_producers(
+        self, request: DescribeProducersRequest, ctx: RequestContext
+    ) -> DescribeProducersResponse:
+        return await self._request_path.describe_producers(
+            request, known=self._replica_manager.metadata.contains
+        )
 
     # -- admin ------------------------------------------------------------------------------------
 

@@ -5,6 +5,11 @@ everything; a second producer with the same transactional.id fences the first; a
 transaction whose coordinator's broker is killed with kill -9 before the commit is committed by
 the next coordinator, its records visible once.
 
+The admin side (KIP-664): a transaction the producer leaves open shows as Ongoing in
+ListTransactions and DescribeTransactions, and in DescribeProducers of its partition with its
+first offset; asked through kafka-python's admin client, because confluent-kafka's has no
+transaction admin calls in this version.
+
 Consumer offsets in a transaction (a consume-transform-produce loop) are tested in
 test_transactions_eos.py.
 
@@ -230,3 +235,85 @@ async def test_aiokafka_and_kafka_python_transactions(tmp_path: Path) -> None:
         b"kp-committed-%d" % i for i in range(3)
     ]
     assert sorted(got) == sorted(expected)
+
+
+def listed_transactions(admin: Any, **filters: Any) -> dict[str, str]:
+    """Every broker's ListTransactions, id -> state name; retried (bounded) while a broker
+    still loads a `__transaction_state` partition (COORDINATOR_LOAD_IN_PROGRESS)."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        try:
+            by_broker = admin.list_transactions(**filters)
+        except kafka.errors.CoordinatorLoadInProgressError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+            continue
+        return {t.transactional_id: t.state.value for found in by_broker.values() for t in found}
+
+
+async def test_admin_clients_see_an_open_transaction_and_its_producer(tmp_path: Path) -> None:
+    async with running_cluster(tmp_path, dict(PROPERTIES), kafka=True) as cluster:
+        bootstrap = cluster.kafka_bootstrap()
+        await ConfluentDriver(bootstrap).create_topic(
+            TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2"}
+        )
+        txn = producer(bootstrap, "left-open")
+        written = kafka.TopicPartition(TOPIC, 1)
+
+        def observe() -> dict[str, Any]:
+            admin = kafka.admin.KafkaAdminClient(
+                bootstrap_servers=bootstrap.split(","), request_timeout_ms=5_000
+            )
+            try:
+                [producer_state] = admin.describe_producers([written])[written].active_producers
+                return {
+                    "listed": listed_transactions(admin),
+                    "ongoing": listed_transactions(admin, state_filters=["Ongoing"]),
+                    "running": listed_transactions(admin, duration_filter_ms=0),
+                    "described": admin.describe_transactions(["left-open"])["left-open"],
+                    "producer": producer_state,
+                }
+            finally:
+                admin.close()
+
+        def open_a_transaction() -> dict[str, Any]:
+            txn.init_transactions(WAIT_S)
+            txn.begin_transaction()
+            for i in range(3):
+                txn.produce(TOPIC, value=b"open-%d" % i, partition=written.partition)
+            txn.flush(WAIT_S)  # written to the partition, the transaction left open
+            return observe()
+
+        def commit() -> dict[str, Any]:
+            txn.commit_transaction(WAIT_S)
+            # EndTxn is answered once PrepareCommit is written; the markers and CompleteCommit
+            # follow.
+            deadline = time.monotonic() + WAIT_S
+            while (seen := observe())["listed"]["left-open"] != "CompleteCommit":
+                assert time.monotonic() < deadline, seen
+                time.sleep(0.1)
+            return seen
+
+        before = await asyncio.to_thread(open_a_transaction)
+        after = await asyncio.to_thread(commit)
+
+    described = before["described"]
+    assert before["listed"]["left-open"] == "Ongoing"
+    assert "left-open" in before["ongoing"]
+    assert "left-open" in before["running"], "open for more than 0 ms"
+    assert (described.state.value, described.topic_partitions) == ("Ongoing", {written})
+    assert described.transaction_start_time_ms > 0
+    assert described.producer_epoch >= 0
+    assert (before["producer"].producer_id, before["producer"].producer_epoch) == (
+        described.producer_id,
+        described.producer_epoch,
+    )
+    assert before["producer"].current_transaction_start_offset == 0  # the partition's first
+    assert before["producer"].last_sequence == 2
+
+    assert after["listed"]["left-open"] == "CompleteCommit"
+    assert "left-open" not in after["ongoing"]
+    assert after["described"].state.value == "CompleteCommit"
+    assert after["producer"].current_transaction_start_offset == -1
+    assert after["producer"].producer_id == described.producer_id
