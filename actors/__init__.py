@@ -5,8 +5,9 @@
                   Partition, ReplicaFetcherThread)
     controller/   the controller actor, its metadata model and the channel to brokers
     group/        the consumer-group coordinator on __consumer_offsets
+    transactions/ the transaction coordinator on __transaction_state (KIP-98)
 
-`views` (published partition state) and `metadata_cache` (a broker's view of the cluster) are
-shared by the areas. May import `client`, `runtime` and `wire`; the areas do not import each other
-(import-linter's "actor areas" contract).
+`views` (published partition state), `metadata_cache` (a broker's view of the cluster), and the
+coordinators' `partition_router` and `partition_log` are shared by the areas. May import `client`,
+`runtime` and `wire`; the areas do not import each other (import-linter's "actor areas" contract).
 """
