@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from wire.batch_builder import build_batch
+from wire.field_reader import FieldReader
 from wire.record_reader import iter_records
 from wire.records import iter_batches
 
@@ -158,38 +159,8 @@ class _Writer:
         self.out += value
 
 
-class _Reader:
-    def __init__(self, data: bytes, what: str) -> None:
-        self.data = memoryview(data)
-        self.pos = 0
-        self.what = what
-
-    def _take(self, size: int) -> memoryview:
-        if size < 0 or self.pos + size > len(self.data):
-            raise GroupRecordError(f"{self.what}: truncated at byte {self.pos}")
-        chunk = self.data[self.pos : self.pos + size]
-        self.pos += size
-        return chunk
-
-    def i16(self) -> int:
-        return int(_I16.unpack(self._take(2))[0])
-
-    def i32(self) -> int:
-        return int(_I32.unpack(self._take(4))[0])
-
-    def i64(self) -> int:
-        return int(_I64.unpack(self._take(8))[0])
-
-    def uvarint(self) -> int:
-        shift = value = 0
-        while True:
-            byte = self._take(1)[0]
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-            if shift > 28:
-                raise GroupRecordError(f"{self.what}: varint too long at byte {self.pos}")
+class _Reader(FieldReader):
+    error = GroupRecordError
 
     def string(self, *, flexible: bool = False) -> str | None:
         size = self.uvarint() - 1 if flexible else self.i16()
@@ -218,10 +189,6 @@ class _Reader:
         for _ in range(self.uvarint()):
             self.uvarint()  # tag
             self._take(self.uvarint())
-
-    def end(self) -> None:
-        if self.pos != len(self.data):
-            raise GroupRecordError(f"{self.what}: {len(self.data) - self.pos} trailing bytes")
 
 
 def encode_key(key: Key) -> bytes:

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from wire.batch_builder import build_batch
+from wire.field_reader import FieldReader
 from wire.group_records import java_string_hashcode
 from wire.record_reader import iter_records
 from wire.records import NO_PRODUCER_ID, iter_batches
@@ -141,41 +142,8 @@ class _Writer:
         self.out += data
 
 
-class _Reader:
-    def __init__(self, data: bytes, what: str) -> None:
-        self.data = memoryview(data)
-        self.pos = 0
-        self.what = what
-
-    def _take(self, size: int) -> memoryview:
-        if size < 0 or self.pos + size > len(self.data):
-            raise TransactionLogError(f"{self.what}: truncated at byte {self.pos}")
-        chunk = self.data[self.pos : self.pos + size]
-        self.pos += size
-        return chunk
-
-    def i8(self) -> int:
-        return int(_I8.unpack(self._take(1))[0])
-
-    def i16(self) -> int:
-        return int(_I16.unpack(self._take(2))[0])
-
-    def i32(self) -> int:
-        return int(_I32.unpack(self._take(4))[0])
-
-    def i64(self) -> int:
-        return int(_I64.unpack(self._take(8))[0])
-
-    def uvarint(self) -> int:
-        shift = value = 0
-        while True:
-            byte = self._take(1)[0]
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-            if shift > 28:
-                raise TransactionLogError(f"{self.what}: varint too long at byte {self.pos}")
+class _Reader(FieldReader):
+    error = TransactionLogError
 
     def length(self, *, flexible: bool, wide: bool) -> int:
         """A string's (int16) or an array's (int32) length; -1 is null. Flexible: varint + 1."""
@@ -210,10 +178,6 @@ class _Reader:
                 raise TransactionLogError(f"{self.what}: tag {tag} appears twice")
             fields[tag] = self._take(self.uvarint())
         return fields
-
-    def end(self) -> None:
-        if self.pos != len(self.data):
-            raise TransactionLogError(f"{self.what}: {len(self.data) - self.pos} trailing bytes")
 
 
 # -- keys ------------------------------------------------------------------------------------------
