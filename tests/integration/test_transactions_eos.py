@@ -28,7 +28,7 @@ from testkit.probes import partitions_of
 from testkit.processes import ProcessCluster, running_cluster
 from tests.integration.cluster_properties import CLUSTER_PROPERTIES
 from tests.integration.kafka_drivers import ConfluentDriver
-from tests.integration.test_transactions_kafka import coordinator_of
+from tests.integration.test_transactions_kafka import coordinator_of, read_all
 
 pytestmark = pytest.mark.slow
 
@@ -153,32 +153,7 @@ def consume_transform_produce(
 def read_output(bootstrap: str, expected: int) -> list[bytes]:
     """Every committed output record, waiting (bounded) for `expected` and a little longer for
     any more."""
-    consumer = confluent_kafka.Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "eos-reader",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-        }
-    )
-    try:
-        consumer.assign([confluent_kafka.TopicPartition(OUTPUT, p, 0) for p in range(PARTITIONS)])
-        got: list[bytes] = []
-        deadline = time.monotonic() + WAIT_S
-        settle: float | None = None
-        while time.monotonic() < deadline:
-            message = consumer.poll(0.2)
-            if message is not None and message.error() is None:
-                value = message.value()
-                assert value is not None, message
-                got.append(value)
-            if len(got) >= expected:
-                settle = settle or time.monotonic() + 1.0  # a duplicate would show here
-                if time.monotonic() > settle:
-                    break
-        return sorted(got)
-    finally:
-        consumer.close()
+    return read_all(bootstrap, "read_committed", expected, OUTPUT, PARTITIONS)
 
 
 def group_offsets(bootstrap: str) -> tuple[dict[int, int], dict[int, int]]:

@@ -49,9 +49,11 @@ def producer(bootstrap: str, transactional_id: str) -> Any:
     )
 
 
-def read_all(bootstrap: str, isolation: str, expected: int) -> list[bytes]:
-    """Every record of the topic from the start, waiting (bounded) for `expected` of them, and
-    a little longer for any more."""
+def read_all(
+    bootstrap: str, isolation: str, expected: int, topic: str = TOPIC, partitions: int = PARTITIONS
+) -> list[bytes]:
+    """Every record of `topic` from the start, waiting (bounded) for `expected` of them, and
+    a little longer for any more (a duplicate would show then)."""
     consumer = confluent_kafka.Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -61,7 +63,7 @@ def read_all(bootstrap: str, isolation: str, expected: int) -> list[bytes]:
         }
     )
     try:
-        consumer.assign([confluent_kafka.TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+        consumer.assign([confluent_kafka.TopicPartition(topic, p, 0) for p in range(partitions)])
         got: list[bytes] = []
         deadline = time.monotonic() + WAIT_S
         settle: float | None = None
