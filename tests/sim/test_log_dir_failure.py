@@ -26,13 +26,12 @@ import pytest
 
 from actors.views import Role
 from client.client import Client
-from client.config import ClientConfig, ConsumerConfig
-from client.consumer import Consumer
-from client.fetched_records import ConsumerRecord
+from client.config import ClientConfig
 from runtime.log.checkpoints import REPLICATION_OFFSET_CHECKPOINT, TMP_SUFFIX
 from runtime.net.transport import Address
 from testkit.cluster import Cluster
 from testkit.probes import one_record, only_answer
+from tests.sim.test_failover import consume_to
 from tests.unit.actors.replication.replica_manager_harness import fail_log_writes
 from wire.errors import ErrorCode
 from wire.messages import (
@@ -270,29 +269,3 @@ async def test_acks_all_goes_on_once_a_followers_failed_replica_left_the_isr(run
         lambda: follower not in cluster.record(TP).isr, max_ms=2_000, what="ISR shrink"
     )
     await run.produce_phase(1)  # two ISR members left, min.insync.replicas 2
-
-
-async def consume_to(cluster: Cluster, end_offset: int) -> list[ConsumerRecord]:
-    assert cluster.network is not None
-    consumer = Consumer(
-        Client(
-            cluster.addresses,
-            transport=cluster.network.transport("consumer"),
-            clock=cluster.clock,
-            config=CLIENT_CONFIG,
-        ),
-        config=ConsumerConfig(
-            fetch_max_wait_ms=50, auto_offset_reset="earliest", request_timeout_ms=1_000
-        ),
-        owns_client=True,
-    )
-    consumer.assign([(TOPIC, 0)])
-    records: list[ConsumerRecord] = []
-    try:
-        for _ in range(1_000):  # bounded; each poll brings records or times out
-            if records and records[-1].offset + 1 >= end_offset:
-                break
-            records.extend(await cluster.drive(consumer.poll(timeout_ms=100)))
-    finally:
-        await cluster.drive(consumer.close())
-    return records
