@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from client.accumulator import PendingRecord, ProducerBatch, RecordMetadata
+from client.accumulator import PendingRecord, ProducerBatch
 from client.config import ACKS_ALL, ClientConfig, ProducerConfig
 from client.errors import DeliveryTimeoutError, RequestTimeoutError
 from client.idempotence import (
@@ -28,7 +28,7 @@ from client.producer import Producer
 from runtime.clock import ManualClock
 from runtime.net.backoff import ExponentialBackoff
 from runtime.net.dialect import RequestContext
-from runtime.net.memory import LinkConfig
+from tests.unit.client.lossy_run import CLIENT, lossy_cluster, send_all
 from tests.unit.client.scripted_cluster import (
     FIRST_PRODUCER_ID,
     ScriptedCluster,
@@ -379,39 +379,17 @@ async def test_no_record_is_logged_twice_over_a_lossy_network(seed: int) -> None
     appended; with sequences checked each record is in the log at most once, acknowledged ones
     exactly once at the offset their acknowledgement names, in send() order per partition."""
     clock = ManualClock()
-    cluster = ScriptedCluster(clock, brokers=2, seed=seed)
-    cluster.network = type(cluster.network)(
-        seed, clock, default_link=LinkConfig(delay_ms=2, jitter_ms=3, drop_probability=0.03)
-    )
-    cluster.create_topic("t", [0, 1])
+    cluster = lossy_cluster(clock, seed)
     cluster.check_sequences = True
     await cluster.start()
-    config = ClientConfig(request_timeout_ms=500, retry_backoff_ms=20, reconnect_backoff_ms=10)
     producer = Producer(
-        cluster.client(config=config, seed=seed),
+        cluster.client(config=CLIENT, seed=seed),
         config=ProducerConfig(
             linger_ms=3, batch_size=300, request_timeout_ms=500, retry_backoff_ms=20
         ),
         owns_client=True,
     )
-    sent: list[tuple[bytes, asyncio.Future[RecordMetadata]]] = []
-
-    async def produce_all() -> None:
-        for i in range(200):
-            value = f"value-{i}".encode()
-            sent.append((value, await producer.send("t", f"k{i % 7}".encode(), value)))
-            if i % 20 == 0:
-                await clock.sleep(0.005)
-        await producer.flush()
-
-    task = asyncio.create_task(produce_all())
-    for _ in range(20_000):
-        await settle(5)
-        if task.done():
-            break
-        clock.advance(1)
-    assert task.done(), f"seed={seed}: producing did not finish"
-    task.result()
+    sent = await send_all(producer, clock, seed)
     await producer.close()
     await cluster.stop()
 

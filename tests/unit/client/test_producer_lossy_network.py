@@ -14,13 +14,12 @@ import asyncio
 
 import pytest
 
-from client.accumulator import RecordMetadata
-from client.config import ClientConfig, ConsumerConfig, ProducerConfig
+from client.config import ConsumerConfig, ProducerConfig
 from client.consumer import Consumer
 from client.producer import Producer
 from runtime.clock import ManualClock
-from runtime.net.memory import LinkConfig
-from tests.unit.client.scripted_cluster import ScriptedCluster, settle
+from tests.unit.client.lossy_run import CLIENT, lossy_cluster, send_all
+from tests.unit.client.scripted_cluster import settle
 from wire.record_reader import iter_records
 from wire.records import iter_batches
 from wire.topic import TopicPartition
@@ -29,13 +28,9 @@ from wire.topic import TopicPartition
 @pytest.mark.parametrize("seed", [1, 2, 3])
 async def test_acknowledged_records_survive_a_lossy_network(seed: int) -> None:
     clock = ManualClock()
-    cluster = ScriptedCluster(clock, brokers=2, seed=seed)
-    cluster.network = type(cluster.network)(
-        seed, clock, default_link=LinkConfig(delay_ms=2, jitter_ms=3, drop_probability=0.03)
-    )
-    cluster.create_topic("t", [0, 1])
+    cluster = lossy_cluster(clock, seed)
     await cluster.start()
-    config = ClientConfig(request_timeout_ms=500, retry_backoff_ms=20, reconnect_backoff_ms=10)
+    config = CLIENT
     producer = Producer(
         cluster.client(config=config, seed=seed),
         config=ProducerConfig(
@@ -47,24 +42,7 @@ async def test_acknowledged_records_survive_a_lossy_network(seed: int) -> None:
         ),
         owns_client=True,
     )
-    sent: list[tuple[bytes, asyncio.Future[RecordMetadata]]] = []
-
-    async def produce_all() -> None:
-        for i in range(200):
-            value = f"value-{i}".encode()
-            sent.append((value, await producer.send("t", f"k{i % 7}".encode(), value)))
-            if i % 20 == 0:
-                await clock.sleep(0.005)
-        await producer.flush()
-
-    task = asyncio.create_task(produce_all())
-    for _ in range(20_000):
-        await settle(5)
-        if task.done():
-            break
-        clock.advance(1)
-    assert task.done(), f"seed={seed}: producing did not finish"
-    task.result()
+    sent = await send_all(producer, clock, seed)
     acked = [(v, f.result()) for v, f in sent if not f.exception()]
     assert len(acked) >= 190, f"seed={seed}: only {len(acked)} of 200 acknowledged"
     logged = sum(log.end_offset for log in cluster.logs.values())
