@@ -84,7 +84,7 @@ from runtime.log.producer_state import (
     ProducerStateManager,
     increment_sequence,
 )
-from runtime.log.recovery import LoadedSegments, RecoveryReport, load_segments
+from runtime.log.recovery import RecoveryReport, load_segments
 from runtime.log.segment import DELETED_SUFFIX, LogSegment
 from runtime.log.time_index import NO_TIMESTAMP
 from runtime.log.transaction_index import AbortedTxn
@@ -188,7 +188,9 @@ class Log:
             rng=rng,
             producer_state=ProducerStateManager(directory),
         )
-        log._reload_producer_state(index_from=_txn_index_rebuild_start(loaded))
+        # Loading emptied the transaction indexes of the segments it recovered: replay refills
+        # them from the first of those.
+        log._reload_producer_state(index_from=loaded.report.txn_index_reset_from)
         if high_watermark is not None:
             log.update_high_watermark(high_watermark)
         return log
@@ -871,12 +873,6 @@ class Log:
         """Move the partition directory (deletion by rename); files stay open across it."""
         os.replace(self.directory, new_directory)
         self.directory = new_directory
-
-
-def _txn_index_rebuild_start(loaded: LoadedSegments) -> int | None:
-    """The first offset of the segments whose transaction indexes loading emptied (they are
-    rebuilt by replay), or None when none was."""
-    return loaded.report.txn_index_reset_from
 
 
 def _fsync_and_close(handles: list[int]) -> None:
