@@ -212,6 +212,20 @@ class Actor:
         await self._mailbox.put((message, reply, self.clock.monotonic_ns()))
         return await reply
 
+    async def settled(self, answer: asyncio.Future[R]) -> R:
+        """Wait for `answer`, a future a handler returned to be settled later (after a write,
+        a rebalance); raise MailboxClosed if the actor stops first without settling it, so a
+        caller is never left waiting on an answer that died with the actor's state."""
+        if not answer.done():
+            stopped = asyncio.get_running_loop().create_task(self._finished.wait())
+            try:
+                await asyncio.wait((answer, stopped), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stopped.cancel()
+            if not answer.done():
+                raise MailboxClosed(f"{self.name} stopped before answering")
+        return answer.result()
+
     def statistics(self) -> ActorStatistics:
         return ActorStatistics(
             name=self.name,

@@ -157,7 +157,7 @@ class GroupCoordinator(PartitionRouter[GroupShard]):
         message = Join(request, client_id, client_host, require_known_member_id)
         try:
             joined = await shard.ask(message)
-            return await joined
+            return await shard.settled(joined)
         except MailboxError:
             return JoinGroupResponse(
                 error_code=ErrorCode.NOT_COORDINATOR, member_id=request.member_id
@@ -169,7 +169,7 @@ class GroupCoordinator(PartitionRouter[GroupShard]):
             return SyncGroupResponse(error_code=shard)
         try:
             synced = await shard.ask(Sync(request))
-            return await synced
+            return await shard.settled(synced)
         except MailboxError:
             return SyncGroupResponse(error_code=ErrorCode.NOT_COORDINATOR)
 
@@ -196,7 +196,7 @@ class GroupCoordinator(PartitionRouter[GroupShard]):
         if not isinstance(shard, ErrorCode):
             try:
                 stored = await shard.ask(Commit(request))
-                return await stored
+                return await shard.settled(stored)
             except MailboxError:
                 shard = ErrorCode.NOT_COORDINATOR
         return OffsetCommitResponse(
@@ -219,7 +219,7 @@ class GroupCoordinator(PartitionRouter[GroupShard]):
         if not isinstance(shard, ErrorCode):
             try:
                 stored = await shard.ask(TxnCommit(request))
-                return await stored
+                return await shard.settled(stored)
             except MailboxError:
                 shard = ErrorCode.NOT_COORDINATOR
         return TxnOffsetCommitResponse(

@@ -35,9 +35,13 @@ Lifecycle (seed 002, handleGroupImmigration / handleGroupEmigration):
 * **Transactions ended** (`TxnCompleted`, from the broker once a COMMIT or ABORT marker is
   written to the partition): the producer's pending offsets are committed or dropped.
 * **Unloading** (`stop()` -> `on_stop`): every waiting member is answered NOT_COORDINATOR, every
-  group goes Dead, and the state is dropped; the new leader loads it from the log. A shard still
-  loading cancels the load at once instead of waiting for it (it may be parked for seconds,
-  and the coordinator's other unloads would wait too) and rejects what is queued.
+  group goes Dead, and the state is dropped; the new leader loads it from the log. Writes in
+  flight are cancelled with their answers unsettled: the router waits on those through
+  `Actor.settled`, which turns the shard's end into NOT_COORDINATOR, and the client commits
+  again at the new coordinator (a commit is idempotent; one that was written is only
+  rewritten). A shard still loading cancels the load at once instead of waiting for it (it may
+  be parked for seconds, and the coordinator's other unloads would wait too) and rejects what
+  is queued.
 
 Time: session and rebalance deadlines are alarms on the injected clock whose callbacks only
 `try_tell` the actor a message, so every state change happens in a handler. Writes (group

@@ -1,13 +1,13 @@
 """Exactly-once consume-transform-produce with librdkafka (confluent-kafka) against a ketch
-cluster in real processes (issue 19, KIP-98 / KIP-447): a consumer in group "eos" reads the input
-with read_committed, and a transactional producer writes each batch's transformed records and
-sends the consumer's positions with `send_offsets_to_transaction` (AddOffsetsToTxn, then
-TxnOffsetCommit to the group coordinator) before committing. A first run processes the whole
-input; a second run, over more input, has the transaction coordinator's broker killed with
-kill -9 in the middle of a transaction, before its commit; a third the leader of a partition the
-transactions write to. Afterwards the output read with
-read_committed holds every input record exactly once, and the group's committed offsets (asked
-for stable offsets, as a read_committed consumer does) are the end of the input.
+cluster in real processes (issue 19, KIP-98 / KIP-447), the loop of eos_loop.py. A first run
+processes the whole input; a second run, over more input, has the transaction coordinator's
+broker killed with kill -9 in the middle of a transaction, before its commit; a third the leader
+of a partition the transactions write to; in a fourth the application itself, a process of its
+own, is killed with kill -9 inside its first transaction (records written, offsets sent), and
+its next instance takes over (its InitProducerId fences the dead one and aborts that
+transaction; its consumer joins once the dead member's session expires). Afterwards the output
+read with read_committed holds every input record exactly once, and the group's committed
+offsets (asked for stable offsets, as a read_committed consumer does) are the end of the input.
 
 Bounded: every wait has a timeout; the processes are killed by PID whatever happens.
 """
@@ -15,8 +15,11 @@ Bounded: every wait has a timeout; the processes are killed by PID whatever happ
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
+import sys
 import threading
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final
@@ -27,21 +30,27 @@ import pytest
 from testkit.probes import partitions_of
 from testkit.processes import ProcessCluster, running_cluster
 from tests.integration.cluster_properties import CLUSTER_PROPERTIES
+from tests.integration.eos_loop import (
+    BATCH,
+    GROUP,
+    INPUT,
+    MID_TRANSACTION,
+    OUTPUT,
+    RUN_S,
+    TRANSACTIONAL_ID,
+    WAIT_S,
+    consume_transform_produce,
+    transform,
+)
 from tests.integration.kafka_drivers import ConfluentDriver
 from tests.integration.test_transactions_kafka import coordinator_of, read_all
 
 pytestmark = pytest.mark.slow
 
-INPUT: Final = "eos-in"
-OUTPUT: Final = "eos-out"
 PARTITIONS: Final = 2
-GROUP: Final = "eos"
-TRANSACTIONAL_ID: Final = "eos-app"
 RECORDS_PER_RUN: Final = 40
-BATCH: Final = 8  # records per transaction, at most
 KILL_AT_TRANSACTION: Final = 2  # of the second run: its coordinator dies before the commit
-WAIT_S: Final = 30.0
-RUN_S: Final = 120.0  # one run's bound, failover included
+REPO: Final = Path(__file__).resolve().parents[2]
 
 
 def fill_input(bootstrap: str, run: int) -> list[bytes]:
@@ -53,10 +62,6 @@ def fill_input(bootstrap: str, run: int) -> list[bytes]:
     return values
 
 
-def transform(value: bytes) -> bytes:
-    return b"out:" + value
-
-
 class Pause:
     """The loop stops inside one transaction (records written, offsets sent, not committed)
     until the test has done what it must (kill the coordinator)."""
@@ -66,88 +71,11 @@ class Pause:
         self.reached = threading.Event()
         self.go_on = threading.Event()
 
-    def __call__(self, transaction: int) -> None:
+    def __call__(self, transaction: int, _producer: Any) -> None:
         if transaction != self.at:
             return
         self.reached.set()
         assert self.go_on.wait(WAIT_S), "the test never let the loop go on"
-
-
-def rewind(consumer: Any) -> None:
-    """After an aborted transaction: back to the group's committed offsets."""
-    for tp in consumer.committed(consumer.assignment(), timeout=WAIT_S):
-        if tp.offset >= 0:
-            consumer.seek(tp)
-        else:
-            consumer.seek(confluent_kafka.TopicPartition(tp.topic, tp.partition, 0))
-
-
-def commit(producer: Any, consumer: Any) -> bool:
-    """Commit the open transaction, retrying what librdkafka calls retriable (a coordinator
-    moving); an abortable error aborts it and rewinds the consumer. Whether it committed."""
-    for _ in range(5):
-        try:
-            producer.commit_transaction(WAIT_S)
-            return True
-        except confluent_kafka.KafkaException as exc:
-            error = exc.args[0]
-            if error.retriable():
-                continue
-            if error.txn_requires_abort():
-                producer.abort_transaction(WAIT_S)
-                rewind(consumer)
-                return False
-            raise
-    raise AssertionError("the commit never succeeded")
-
-
-def consume_transform_produce(
-    bootstrap: str, expected: int, between: Callable[[int], None] = lambda _: None
-) -> int:
-    """The loop, until `expected` input records were committed (bounded); the number of
-    transactions committed. `between(i)` runs in transaction i before its commit."""
-    consumer = confluent_kafka.Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": GROUP,
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-        }
-    )
-    producer = confluent_kafka.Producer(
-        {"bootstrap.servers": bootstrap, "transactional.id": TRANSACTIONAL_ID}
-    )
-    try:
-        producer.init_transactions(WAIT_S)
-        consumer.subscribe([INPUT])
-        done = transactions = 0
-        deadline = time.monotonic() + RUN_S
-        while done < expected:
-            assert time.monotonic() < deadline, f"only {done} of {expected} records processed"
-            messages = [
-                m for m in consumer.consume(num_messages=BATCH, timeout=0.5) if m.error() is None
-            ]
-            if not messages:
-                continue
-            producer.begin_transaction()
-            for message in messages:
-                value, partition = message.value(), message.partition()
-                assert value is not None, message
-                assert partition is not None, message
-                producer.produce(OUTPUT, value=transform(value), partition=partition)
-            producer.send_offsets_to_transaction(
-                consumer.position(consumer.assignment()),
-                consumer.consumer_group_metadata(),
-                WAIT_S,
-            )
-            between(transactions)
-            if commit(producer, consumer):
-                done += len(messages)
-                transactions += 1
-        return transactions
-    finally:
-        consumer.close()
 
 
 def read_output(bootstrap: str, expected: int) -> list[bytes]:
@@ -219,7 +147,29 @@ async def output_leader(cluster: ProcessCluster) -> int:
         await client.close()
 
 
-async def test_consume_transform_produce_exactly_once_across_a_coordinator_kill(
+async def run_killing_the_application(bootstrap: str, tmp_path: Path) -> int:
+    """The loop in a process of its own, killed with kill -9 inside its first transaction; then
+    its next instance, here, takes over and processes the whole input. Returns the transactions
+    the next instance committed."""
+    log_path = tmp_path / "eos-app.log"
+    with log_path.open("wb") as log:
+        app = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tests.integration.eos_loop", bootstrap, str(RECORDS_PER_RUN),
+            cwd=REPO, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=log,
+        )  # fmt: skip
+    try:
+        assert app.stdout is not None
+        line = await asyncio.wait_for(app.stdout.readline(), RUN_S)
+        assert line.decode().strip() == MID_TRANSACTION, (line, log_path.read_text())
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(app.pid, signal.SIGKILL)
+        await app.wait()
+    return await asyncio.to_thread(consume_transform_produce, bootstrap, RECORDS_PER_RUN)
+
+
+async def test_consume_transform_produce_exactly_once_across_kills(
     tmp_path: Path,
 ) -> None:
     async with running_cluster(tmp_path, dict(CLUSTER_PROPERTIES), kafka=True) as cluster:
@@ -250,7 +200,12 @@ async def test_consume_transform_produce_exactly_once_across_a_coordinator_kill(
         )
         assert committed_third > KILL_AT_TRANSACTION
 
-        inputs = first + second + third
+        # A fourth run's application dies inside its first transaction.
+        fourth = await asyncio.to_thread(fill_input, bootstrap, 4)
+        committed_fourth = await run_killing_the_application(bootstrap, tmp_path)
+        assert committed_fourth >= RECORDS_PER_RUN // BATCH
+
+        inputs = first + second + third + fourth
         output = await asyncio.to_thread(read_output, bootstrap, len(inputs))
         offsets, ends = await asyncio.to_thread(group_offsets, bootstrap)
     assert output == sorted(transform(value) for value in inputs), "every input exactly once"

@@ -251,6 +251,27 @@ async def test_cancelling_the_owner_answers_pending_asks() -> None:
             await task
 
 
+async def test_settled_returns_a_later_answer_or_raises_when_the_actor_stops_first() -> None:
+    """A handler may return a future it settles later; a caller waiting on it through
+    `settled` gets its value, or MailboxClosed once the actor stops without settling it."""
+    actor = Log()
+    await actor.start()
+    loop = asyncio.get_running_loop()
+    answered: asyncio.Future[int] = loop.create_future()
+    waiting = asyncio.create_task(actor.settled(answered))
+    await asyncio.sleep(0)
+    answered.set_result(7)
+    assert await waiting == 7
+    abandoned: asyncio.Future[int] = loop.create_future()
+    waiting = asyncio.create_task(actor.settled(abandoned))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    await actor.stop()
+    with pytest.raises(MailboxClosed):
+        await waiting
+    assert not abandoned.done(), "the future itself is left alone"
+
+
 async def test_max_wait_is_measured_on_the_injected_clock() -> None:
     from runtime.clock import ManualClock
 

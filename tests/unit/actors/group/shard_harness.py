@@ -47,13 +47,15 @@ class MemoryOffsetsLog:
     its log end: `wait_committed` gives up with OFFSET_NOT_AVAILABLE, as the broker's does after
     its polls), `read_error_from` / `read_error` (reads from that offset fail, as a storage error
     or a lost leadership answers), `committed_gates` (a partition's `wait_committed` waits for its
-    event, as the broker's polls while the HW catches up) and `read_gate` (every read waits)."""
+    event, as the broker's polls while the HW catches up), `read_gate` (every read waits) and
+    `append_gate` (every append waits, as one waiting for its acks=all replication does)."""
 
     def __init__(self) -> None:
         self.log = bytearray()
         self.next_offset = 0
         self.fail_with = ErrorCode.NONE
         self.read_gate: asyncio.Event | None = None
+        self.append_gate: asyncio.Event | None = None
         self.committed_gates: dict[int, asyncio.Event] = {}
         self.hold_hw: int | None = None
         self.read_error_from: int | None = None
@@ -65,6 +67,8 @@ class MemoryOffsetsLog:
 
     async def append(self, partition: int, records: bytes) -> ErrorCode:
         await asyncio.sleep(0)  # replication takes a loop turn at least
+        if self.append_gate is not None:
+            await self.append_gate.wait()
         if self.fail_with is not ErrorCode.NONE:
             return self.fail_with
         batch = bytearray(records)

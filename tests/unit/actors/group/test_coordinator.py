@@ -22,9 +22,16 @@ from tests.unit.actors.group.shard_harness import (
     turns,
     until,
 )
+from tests.unit.actors.group.test_txn_offsets import txn_commit
 from wire.errors import ErrorCode
 from wire.group_records import OFFSETS_TOPIC
-from wire.messages import ListGroupsRequest, OffsetFetchRequest, OffsetFetchResponse
+from wire.messages import (
+    ListGroupsRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    TxnOffsetCommitResponse,
+)
 from wire.topic import TopicPartition
 
 OFFSETS_0 = TopicPartition(OFFSETS_TOPIC, 0)
@@ -240,6 +247,35 @@ async def test_a_partition_no_longer_led_unloads_its_shard(
             assert (await waiting).error_code == ErrorCode.NOT_COORDINATOR
         fetched = await router.offset_fetch(OffsetFetchRequest(group_id="g"))
         assert fetched.error_code == ErrorCode.NOT_COORDINATOR
+
+
+@pytest.mark.parametrize("kind", ["OffsetCommit", "TxnOffsetCommit"])
+async def test_a_commit_in_flight_when_the_shard_unloads_is_answered_not_coordinator(
+    offsets_log: MemoryOffsetsLog, kind: str
+) -> None:
+    """The shard cancels its writes when it unloads; a commit whose write was still waiting for
+    replication must be answered (NOT_COORDINATOR: the client asks FindCoordinator again and
+    commits there), not left for the client to time out."""
+    async with router_of(offsets_log) as (router, _):
+        router.on_leadership_change(offsets(0), [])
+        await until(lambda: loaded(router, 0), "loaded")
+        offsets_log.append_gate = asyncio.Event()  # the write waits for its replicas
+
+        async def send() -> list[int]:
+            response: OffsetCommitResponse | TxnOffsetCommitResponse
+            if kind == "OffsetCommit":
+                response = await router.offset_commit(commit(-1, "", {0: 5}, group="solo").request)
+            else:
+                response = await router.txn_offset_commit(txn_commit({0: 5}).request)
+            return [p.error_code for t in response.topics for p in t.partitions]
+
+        answer = asyncio.get_running_loop().create_task(send())
+        await turns()
+        assert not answer.done(), "held by the write"
+        router.on_leadership_change([], offsets(0))
+        await until(answer.done, "the commit answered after the unload")
+        codes = answer.result()
+        assert codes == [ErrorCode.NOT_COORDINATOR]
 
 
 async def commit_twice(router: GroupCoordinator, offsets_log: MemoryOffsetsLog) -> int:
