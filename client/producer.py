@@ -122,8 +122,10 @@ class Producer:
                 rng=self._rng,
                 wakeup=self._wakeup.set,
             )
-        self._in_flight: set[ProducerBatch] = set()
-        self._requests: set[asyncio.Task[None]] = set()
+        # Insertion-ordered (dicts as sets): the order they are closed or woken in is part of a
+        # run, and a seeded simulation must replay it (a set of objects orders them by address).
+        self._in_flight: dict[ProducerBatch, None] = {}
+        self._requests: dict[asyncio.Task[None], None] = {}
         self._refresh: asyncio.Task[None] | None = None
         self._sender: asyncio.Task[None] | None = None
         self._closing = False
@@ -328,7 +330,7 @@ class Producer:
                 task = asyncio.create_task(
                     self._produce(node_id, batches), name=f"produce to {node_id}"
                 )
-                self._requests.add(task)
+                self._requests[task] = None
                 task.add_done_callback(self._request_done)
         return leaderless
 
@@ -347,11 +349,11 @@ class Producer:
                 self._idempotence.set_producer_state(batch)
             total += batch.size_bytes
             taken.append(batch)
-            self._in_flight.add(batch)
+            self._in_flight[batch] = None
         return taken
 
     def _request_done(self, task: asyncio.Task[None]) -> None:
-        self._requests.discard(task)
+        self._requests.pop(task, None)
         self._wakeup.set()
         if not task.cancelled() and task.exception() is not None:
             _log.error("produce request task failed", exc_info=task.exception())
@@ -440,7 +442,7 @@ class Producer:
         base_offset: int = -1,
         log_append_time_ms: int = -1,
     ) -> None:
-        self._in_flight.discard(batch)
+        self._in_flight.pop(batch, None)
         if error is None:
             batch.complete(base_offset, log_append_time_ms)
             self._accumulator.unmute(batch.tp)

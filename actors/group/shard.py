@@ -156,7 +156,9 @@ class GroupShard(Actor):
             alarm=self._alarm,
             write=self._write,
         )
-        self._writes: set[asyncio.Task[None]] = set()
+        # Insertion-ordered (dicts as sets): the order they are closed or woken in is part of a
+        # run, and a seeded simulation must replay it (a set of objects orders them by address).
+        self._writes: dict[asyncio.Task[None], None] = {}
         self._loader: asyncio.Task[None] | None = None
         self._unloading = False  # stop() was called
 
@@ -199,11 +201,11 @@ class GroupShard(Actor):
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
-        self._writes.add(task)
+        self._writes[task] = None
         task.add_done_callback(self._written)
 
     def _written(self, task: asyncio.Task[None]) -> None:
-        self._writes.discard(task)
+        self._writes.pop(task, None)
         if not task.cancelled() and task.exception() is not None:
             error = task.exception()
             if not isinstance(error, MailboxError):  # the answer came after the unload

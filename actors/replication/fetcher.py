@@ -75,6 +75,7 @@ from actors.replication.truncation import (
     truncation_without_epochs,
 )
 from client.errors import ClientError
+from runtime import reinjected
 from runtime.actor import ActorFatalError, MailboxClosed
 from runtime.clock import NS_PER_MS, Clock
 from runtime.net.transport import Address
@@ -280,6 +281,10 @@ class ReplicaFetcher:
                 continue
             # The fetcher is the follower's only writer and awaits each of its appends and
             # truncations, so the published view is current here.
+            if reinjected.TRUNCATE_TO_HIGH_WATERMARK in reinjected.REINJECTED:
+                hw = actor.view.high_watermark.message_offset  # the bug (runtime/reinjected.py)
+                await self._truncate(tp, sent, actor, hw, complete=True)
+                continue
             latest_epoch = actor.view.latest_epoch
             if latest_epoch == UNDEFINED_EPOCH:
                 # No epochs held (an empty log): Kafka truncates to the initial offset (the HW).

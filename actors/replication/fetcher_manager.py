@@ -87,7 +87,9 @@ class ReplicaFetcherManager:
         self.config = config or ReplicaFetcherConfig()
         self._fetchers: dict[FetcherKey, ReplicaFetcher] = {}
         self._routes: dict[TopicPartition, FetcherKey] = {}
-        self._retiring: set[ReplicaFetcher] = set()
+        # Insertion-ordered (dicts as sets): the order they are closed or woken in is part of a
+        # run, and a seeded simulation must replay it (a set of objects orders them by address).
+        self._retiring: dict[ReplicaFetcher, None] = {}
         # One counter for all fetchers: a generation is never reused, even across fetchers.
         self._generations = itertools.count()
         self._closed = False
@@ -195,12 +197,12 @@ class ReplicaFetcherManager:
             del self._routes[tp]
 
     def _retire(self, fetcher: ReplicaFetcher) -> None:
-        self._retiring.add(fetcher)
+        self._retiring[fetcher] = None
         # Cancel now (synchronously), so a retired fetcher appends nothing more; its client is
         # closed when it is awaited.
         fetcher.cancel()
 
     async def _await_retired(self) -> None:
         while self._retiring:
-            fetcher = self._retiring.pop()
+            fetcher, _ = self._retiring.popitem()
             await fetcher.stop()

@@ -98,6 +98,7 @@ from actors.replication.partition_messages import (
 )
 from actors.replication.replica_state import RemoteReplica
 from actors.views import NO_LEADER, NO_LEADERSHIP, PartitionView, Role
+from runtime import reinjected
 from runtime.actor import Actor, ActorFatalError, MailboxClosed, MailboxFull, Supervisor, handles
 from runtime.clock import Clock
 from runtime.log.errors import (
@@ -219,7 +220,9 @@ class PartitionActor(Actor):
         self._leader_epoch_start_offset = -1
         self._leadership = NO_LEADERSHIP
         self._hw_metadata = self._local_hw_metadata()
-        self._delivery_tasks: set[asyncio.Task[None]] = set()
+        # Insertion-ordered (dicts as sets): the order they are closed or woken in is part of a
+        # run, and a seeded simulation must replay it (a set of objects orders them by address).
+        self._delivery_tasks: dict[asyncio.Task[None], None] = {}
         self._view = self._build_view()
 
     # -- reading without a message ------------------------------------------------------------
@@ -544,8 +547,8 @@ class PartitionActor(Actor):
         except MailboxFull:
             # Wait for room rather than drop it: the pending proposal would never clear.
             task = asyncio.get_running_loop().create_task(self._tell_quietly(message))
-            self._delivery_tasks.add(task)
-            task.add_done_callback(self._delivery_tasks.discard)
+            self._delivery_tasks[task] = None
+            task.add_done_callback(lambda done: self._delivery_tasks.pop(done, None))
         except MailboxClosed:
             pass  # stopped: the answer no longer matters
 
@@ -613,6 +616,8 @@ class PartitionActor(Actor):
             max_lag_ms=self._config.replica_lag_time_max_ms,
             is_eligible=self._is_eligible,
         )
+        if reinjected.HIGH_WATERMARK_AT_LOG_END in reinjected.REINJECTED:
+            candidate = self._log.log_end_offset_metadata  # the bug (runtime/reinjected.py)
         old = self._hw_metadata
         new = next_high_watermark(old, candidate)
         if new.message_offset > old.message_offset:

@@ -239,7 +239,9 @@ class TransactionShard(Actor):
         self.coordinator_epoch = -1
         self.loading = True
         self.txns: dict[str, TransactionMetadata] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        # Insertion-ordered (dicts as sets): the order they are closed or woken in is part of a
+        # run, and a seeded simulation must replay it (a set of objects orders them by address).
+        self._tasks: dict[asyncio.Task[None], None] = {}
 
     # -- loading and unloading -------------------------------------------------------------
 
@@ -249,8 +251,8 @@ class TransactionShard(Actor):
     def _spawn(self, coroutine: Awaitable[None], what: str) -> None:
         task = asyncio.ensure_future(coroutine)
         task.set_name(f"{self.name}-{what}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks[task] = None
+        task.add_done_callback(lambda done: self._tasks.pop(done, None))
 
     async def _load_and_serve(self) -> None:
         backoff_ms = LOAD_RETRY_BACKOFF_MS

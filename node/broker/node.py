@@ -252,7 +252,9 @@ class BrokerNode:
     def _build_replication(self) -> None:
         """The follower fetchers, the ReplicaManager and its partition actors, the data path."""
         config, clock = self.config, self.clock
-        self._fetch_clients: set[_FetchClient] = set()
+        # Insertion-ordered (dicts as sets): the order they are closed or woken in is part of a
+        # run, and a seeded simulation must replay it (a set of objects orders them by address).
+        self._fetch_clients: dict[_FetchClient, None] = {}
         self.fetchers = ReplicaFetcherManager(
             self.broker_id,
             self._fetch_client,
@@ -401,7 +403,7 @@ class BrokerNode:
             config=self.config.client,
         )
         owned = _FetchClient(client, self._fetch_clients)
-        self._fetch_clients.add(owned)
+        self._fetch_clients[owned] = None
         return owned
 
     async def _send_alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionResponse:
@@ -611,10 +613,10 @@ class _ControlChannel:
 
 
 class _FetchClient:
-    """A fetcher's client that leaves the node's set when its fetcher closes it, so the node
+    """A fetcher's client that leaves the node's table when its fetcher closes it, so the node
     closes at shutdown only the clients still open (a replaced fetcher closes its own)."""
 
-    def __init__(self, client: Client, owner: set[_FetchClient]) -> None:
+    def __init__(self, client: Client, owner: dict[_FetchClient, None]) -> None:
         self._client = client
         self._owner = owner
 
@@ -624,5 +626,5 @@ class _FetchClient:
         return await self._client.send(target, request, timeout_ms=timeout_ms)
 
     async def close(self) -> None:
-        self._owner.discard(self)
+        self._owner.pop(self, None)
         await self._client.close()

@@ -121,7 +121,9 @@ class ProducerIdManager:
         self._received_end = 0  # end of the newest block accepted; the next must start there+
         self._fetch: asyncio.Task[None] | None = None
         self._retry_at_ms = 0  # no new fetch before this (set after a failed one)
-        self._waiters: set[asyncio.Future[None]] = set()
+        # Insertion-ordered (dicts as sets): the order they are closed or woken in is part of a
+        # run, and a seeded simulation must replay it (a set of objects orders them by address).
+        self._waiters: dict[asyncio.Future[None], None] = {}
         self._stopped = False
         self.requests_sent = 0
 
@@ -226,13 +228,13 @@ class ProducerIdManager:
     async def _wait(self, until_ms: int) -> None:
         """Until the fetch in flight ends, `stop()`, or `until_ms` on the clock."""
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.add(waiter)
+        self._waiters[waiter] = None
         alarm = self._clock.call_at_ns(until_ms * NS_PER_MS, lambda: _resolve(waiter))
         try:
             await waiter
         finally:
             alarm.cancel()
-            self._waiters.discard(waiter)
+            self._waiters.pop(waiter, None)
 
     def _wake_waiters(self) -> None:
         for waiter in self._waiters:

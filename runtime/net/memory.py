@@ -20,7 +20,14 @@ network-wide default):
   chunks sent on existing connections are held, then delivered in order after the heal (TCP
   retransmission). Chunks already in transit when the partition starts still arrive. So the
   peers of a partition notice it only through their own timeouts, as in production.
+  `partition(a, b, one_way=True)` holds only what `a` sends to `b`; `b`'s chunks still reach
+  `a`, and no new connection is established either way (a handshake needs both directions).
 * `kill(a, b=None)` resets every connection between `a` and `b` (or every connection of `a`).
+* `lose_next(src, dst)`: the next chunk `src` sends to `dst` resets its connection instead of
+  arriving. Sent by a server to a client, that is a lost answer: the request was applied, the
+  client never learns it and retries on a new connection.
+* `tracer`, when set, is called with every chunk accepted for sending, in order; a simulation
+  compares two runs' traces to prove they were the same run.
 
 Each pipe holds at most `buffer_bytes` of sent-but-unread data (plus one chunk); a sender waits
 beyond that, so a reader that stops reading pushes back on its peer as through a TCP window.
@@ -37,6 +44,7 @@ import itertools
 import logging
 import random
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from runtime.clock import NS_PER_MS, NS_PER_S, Alarm, Clock
@@ -232,7 +240,9 @@ class MemoryListener:
         self._closed = False
         self.node = node
         self.on_stream = on_stream
-        self.tasks: set[asyncio.Task[None]] = set()
+        # Insertion-ordered (dicts as sets): the order they are closed or woken in is part of a
+        # run, and a seeded simulation must replay it (a set of objects orders them by address).
+        self.tasks: dict[asyncio.Task[None], None] = {}
 
     @property
     def address(self) -> Address:
@@ -240,8 +250,8 @@ class MemoryListener:
 
     def spawn(self, stream: MemoryStream) -> None:
         task = asyncio.get_running_loop().create_task(self._run(stream))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        self.tasks[task] = None
+        task.add_done_callback(lambda done: self.tasks.pop(done, None))
 
     async def _run(self, stream: MemoryStream) -> None:
         try:
@@ -292,6 +302,10 @@ class MemoryNetwork:
         self._default_link = default_link or LinkConfig()
         self._links: dict[frozenset[str], LinkConfig] = {}
         self._partitions: set[frozenset[str]] = set()
+        self._one_way: set[tuple[str, str]] = set()  # (src, dst) held in that direction only
+        self._lose_next: set[tuple[str, str]] = set()
+        # Called with (src, dst, chunk or None for a FIN) for every chunk accepted for sending.
+        self.tracer: Callable[[str, str, bytes | None], None] | None = None
         self._heal_waiters: dict[frozenset[str], list[asyncio.Future[None]]] = {}
         self._listeners: dict[Address, MemoryListener] = {}
         self._connections: list[_Connection] = []
@@ -320,19 +334,39 @@ class MemoryNetwork:
     def link(self, a: str, b: str) -> LinkConfig:
         return self._links.get(_link_key(a, b), self._default_link)
 
-    def partition(self, a: str, b: str) -> None:
+    def partition(self, a: str, b: str, *, one_way: bool = False) -> None:
+        """Cut the link between `a` and `b` (only what `a` sends to `b` if `one_way`)."""
         if a == b:
             raise ValueError(f"cannot partition node {a!r} from itself")
-        self._partitions.add(_link_key(a, b))
+        if one_way:
+            self._one_way.add((a, b))
+        else:
+            self._partitions.add(_link_key(a, b))
 
     def is_partitioned(self, a: str, b: str) -> bool:
-        return _link_key(a, b) in self._partitions
+        """Whether no connection can be made between `a` and `b` (either kind of cut)."""
+        return (
+            _link_key(a, b) in self._partitions
+            or (a, b) in self._one_way
+            or (b, a) in self._one_way
+        )
+
+    def _holds(self, src: str, dst: str) -> bool:
+        return _link_key(src, dst) in self._partitions or (src, dst) in self._one_way
+
+    def lose_next(self, src: str, dst: str) -> None:
+        """The next chunk `src` sends to `dst` resets its connection instead (module doc)."""
+        self._lose_next.add((src, dst))
 
     def heal(self, a: str, b: str) -> None:
+        """Undo every cut between `a` and `b`, both kinds, both directions."""
         key = _link_key(a, b)
-        if key not in self._partitions:
+        cut = key in self._partitions or (a, b) in self._one_way or (b, a) in self._one_way
+        if not cut:
             return
         self._partitions.discard(key)
+        self._one_way.discard((a, b))
+        self._one_way.discard((b, a))
         for connection in list(self._connections):
             if connection.touches(a, b):
                 for pipe in (connection.a_to_b, connection.b_to_a):
@@ -345,9 +379,11 @@ class MemoryNetwork:
                 waiter.set_result(None)
 
     def heal_all(self) -> None:
-        for key in sorted(self._partitions, key=sorted):
-            a, b = sorted(key)
+        pairs = {tuple(sorted(key)) for key in self._partitions}
+        pairs |= {tuple(sorted(pair)) for pair in self._one_way}
+        for a, b in sorted(pairs):
             self.heal(a, b)
+        self._lose_next.clear()
 
     def kill(self, a: str, b: str | None = None) -> int:
         """Reset every connection between `a` and `b` (every one of `a` if b is None)."""
@@ -426,6 +462,8 @@ class MemoryNetwork:
 
     def transmit(self, pipe: _Pipe, chunk: bytes | None) -> None:
         """Accept `chunk` (None: FIN) from the sending end of `pipe`."""
+        if self.tracer is not None:
+            self.tracer(pipe.src, pipe.dst, chunk)
         if chunk is not None:
             pipe.unread_bytes += len(chunk)
             link = self.link(pipe.src, pipe.dst)
@@ -433,7 +471,12 @@ class MemoryNetwork:
                 _log.debug("link %s->%s lost a chunk: resetting", pipe.src, pipe.dst)
                 self._reset(pipe.connection)
                 return
-        if self.is_partitioned(pipe.src, pipe.dst):
+            if self._lose_next and (pipe.src, pipe.dst) in self._lose_next:
+                self._lose_next.discard((pipe.src, pipe.dst))
+                _log.debug("link %s->%s lost an answer: resetting", pipe.src, pipe.dst)
+                self._reset(pipe.connection)
+                return
+        if self._holds(pipe.src, pipe.dst):
             pipe.held.append(chunk)
             return
         self._schedule(pipe, chunk)

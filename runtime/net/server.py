@@ -374,9 +374,11 @@ class Server:
             self.handlers[ApiKey.API_VERSIONS] = self._api_versions
         self.stopping = False
         self._listener: Listener | None = None
-        self._connections: set[_Connection] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._readers: set[asyncio.Future[None]] = set()
+        # Insertion-ordered (dicts as sets): the order they are closed or woken in is part of a
+        # run, and a seeded simulation must replay it (a set of objects orders them by address).
+        self._connections: dict[_Connection, None] = {}
+        self._tasks: dict[asyncio.Task[None], None] = {}
+        self._readers: dict[asyncio.Future[None], None] = {}
 
     @property
     def address(self) -> Address:
@@ -419,11 +421,11 @@ class Server:
 
     def spawn(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks[task] = None
+        task.add_done_callback(lambda done: self._tasks.pop(done, None))
 
     def forget(self, connection: _Connection) -> None:
-        self._connections.discard(connection)
+        self._connections.pop(connection, None)
 
     async def _on_stream(self, stream: Stream) -> None:
         if self.stopping or len(self._connections) >= self.config.max_connections:
@@ -431,13 +433,13 @@ class Server:
             await stream.aclose()
             return
         connection = _Connection(self, stream)
-        self._connections.add(connection)
+        self._connections[connection] = None
         done = asyncio.get_running_loop().create_future()
-        self._readers.add(done)
+        self._readers[done] = None
         try:
             await connection.run()
         finally:
-            self._readers.discard(done)
+            self._readers.pop(done, None)
             done.set_result(None)
 
     async def _api_versions(self, request: ApiVersionsRequest, ctx: RequestContext) -> Response:

@@ -1,0 +1,544 @@
+"""One seeded run of a whole simulated cluster under faults, judged by the checkers.
+
+`run_seed(seed, base_dir)` builds the controller and N brokers of testkit/cluster.py on the
+in-memory network (runtime/net/memory.py) and the simulated loop and clock (loop.py), inside
+`deterministic_entropy(seed)`; so one seed is one run, event for event (`trace_digest` proves
+it: a hash of every chunk every node sent, with its time, and of every fault and outcome).
+The run, all in simulated time:
+
+1. the cluster starts and the topics are created (replication factor 3, min.insync.replicas 2);
+2. the workload starts (workload.py): an idempotent acks=all producer, a plain acks=all one, an
+   acks=1 and an acks=0 one, a consumer reading every partition from the start, and topics
+   created, written and deleted while the faults run;
+3. the fault phase: the seeded plan (faults.py) is applied fault after fault, each healed after
+   its hold; the observer (observer.py) samples leaders, high watermarks, ISRs and controller
+   epochs at every quiescent point;
+4. healing: every link healed, every stopped node restarted; **liveness**, each within
+   `Settings.liveness_ms`: every partition has a leader that serves it, the leaders' pending
+   AlterPartitions have resolved (committed ISR == maximal ISR), an acks=all write succeeds, and
+   every replica catches up (full ISR, every log end at the high watermark);
+5. the final state: a fresh consumer reads every partition up to its high watermark, and each
+   replica's log is read from its files (records and raw batch bytes);
+6. the checkers (checkers.py) judge the history; a liveness failure is a violation too.
+
+A failure is reported with its seed, the violations and the run's readable trace (`notes`:
+faults, heals, liveness steps, worker errors, with simulated times).
+
+Ownership: a run owns its loop, its cluster and its directory (`base_dir/seed-<seed>`, removed
+and recreated at the start).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import random
+import shutil
+import time
+import zlib
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from client.client import Client
+from client.config import ConsumerConfig
+from client.consumer import Consumer
+from runtime.clock import NS_PER_MS
+from runtime.net.memory import LinkConfig, MemoryNetwork
+from runtime.net.transport import Address
+from testkit.cluster import Cluster
+from testkit.sim.checkers import Violation, check_all, duplicate_counts
+from testkit.sim.faults import KINDS, FaultInjector, plan_faults
+from testkit.sim.history import History, LoggedRecord, Read, ReplicaState
+from testkit.sim.loop import SimClock, SimulatedLoop, deterministic_entropy
+from testkit.sim.observer import Observer
+from testkit.sim.workload import CLIENT_CONFIG, ConsumerWorker, ProducerWorker, TopicChurn
+from wire.messages import DeleteTopicsRequest
+from wire.record_reader import iter_records
+from wire.records import iter_batches
+from wire.topic import TopicPartition
+
+LAG_MS: Final = 1_000
+SESSION_MS: Final = 300  # testkit.cluster.FAST_LIVENESS's broker.session.timeout.ms
+PROPERTIES: Final[dict[str, object]] = {
+    "min.insync.replicas": 2,
+    "replica.lag.time.max.ms": LAG_MS,
+    "replica.fetch.wait.max.ms": 20,
+    "replica.fetch.backoff.ms": 20,
+    "request.timeout.ms": 1_000,
+    "reconnect.backoff.ms": 10,
+    "reconnect.backoff.max.ms": 50,
+    "retry.backoff.ms": 10,
+    "retry.backoff.max.ms": 50,
+}
+ACKS_ALL: Final = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    brokers: int = 3
+    fault_ms: int = 4_000  # simulated time the faults run
+    liveness_ms: int = 10_000  # the bound on each liveness step after healing
+    producer_interval_ms: int = 40
+    topics: tuple[tuple[str, int], ...] = (("sim-a", 2),)
+    churn: bool = True
+    kinds: tuple[str, ...] = KINDS
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """What a run did, in numbers (for summaries; small enough to send between processes)."""
+
+    seed: int
+    ok: bool
+    simulated_ms: int
+    acknowledged: int
+    faults: Counter[str]
+    torn_tails: int
+    wall_s: float
+
+
+@dataclass(slots=True)
+class Result:
+    seed: int
+    violations: list[Violation]
+    history: History
+    faults: Counter[str]
+    trace_digest: str
+    notes: list[str]
+    simulated_ms: int
+    steps: int
+    wall_s: float
+    torn_tails: int
+    duplicates: dict[str, int]
+    errors: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    @property
+    def acknowledged(self) -> int:
+        return sum(1 for ack in self.history.acks if ack.acks == ACKS_ALL)
+
+    def figures(self) -> Figures:
+        return Figures(
+            self.seed,
+            self.ok,
+            self.simulated_ms,
+            self.acknowledged,
+            self.faults,
+            self.torn_tails,
+            self.wall_s,
+        )
+
+
+class _Trace:
+    """The run's fingerprint (every chunk sent and every note) and its readable notes."""
+
+    def __init__(self, clock: SimClock) -> None:
+        self._clock = clock
+        self._hash = hashlib.sha256()
+        self.notes: list[str] = []
+
+    def chunk(self, src: str, dst: str, chunk: bytes | None) -> None:
+        size, crc = (-1, 0) if chunk is None else (len(chunk), zlib.crc32(chunk))
+        self._hash.update(
+            b"%d %s>%s %d %x\n" % (self._now_ns(), src.encode(), dst.encode(), size, crc)
+        )
+
+    def note(self, text: str) -> None:
+        line = f"{self._now_ns() / NS_PER_MS:10.3f} ms  {text}"
+        self.notes.append(line)
+        self._hash.update(line.encode() + b"\n")
+
+    def _now_ns(self) -> int:
+        return self._clock.monotonic_ns()
+
+    def digest(self) -> str:
+        return self._hash.hexdigest()
+
+
+def run_seed(seed: int, base_dir: Path, settings: Settings = Settings()) -> Result:
+    """One run (module docstring), on a loop of its own."""
+    directory = base_dir / f"seed-{seed}"
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    loop = SimulatedLoop()
+    started = time.perf_counter()
+    try:
+        with deterministic_entropy(seed):
+            result = loop.run_until_complete(_Run(seed, directory, settings, loop).run())
+    finally:
+        loop.close()
+    result.wall_s = time.perf_counter() - started
+    return result
+
+
+class _Run:
+    def __init__(self, seed: int, directory: Path, settings: Settings, loop: SimulatedLoop) -> None:
+        self.seed = seed
+        self.settings = settings
+        self.loop = loop
+        self.rng = random.Random(seed)
+        self.clock = SimClock(loop)
+        self.trace = _Trace(self.clock)
+        self.network = MemoryNetwork(seed, self.clock, default_link=LinkConfig(1, 1))
+        self.network.tracer = self.trace.chunk
+        self.cluster = Cluster(
+            directory,
+            range(settings.brokers),
+            clock=self.clock,
+            transport_for=self.network.transport,
+            address_for=lambda name: Address(name, 9092),
+            properties=PROPERTIES,
+            network=self.network,
+            seed=seed,
+        )
+        self.history = History(seed=seed)
+        self.incarnations: Counter[int] = Counter()
+        self.partitions: list[TopicPartition] = []
+        self.workers: list[ProducerWorker | ConsumerWorker | TopicChurn] = []
+        self.violations: list[Violation] = []
+
+    @property
+    def bootstrap(self) -> list[Address]:
+        return [Address(self.cluster.node_name(b), 9092) for b in self.cluster.broker_ids]
+
+    async def run(self) -> Result:
+        cluster = self.cluster
+        await cluster.start()
+        observer = Observer(cluster, self.history, self.incarnations, lambda: self.partitions)
+        remove_hook = self.loop.on_advance(observer.sample)
+        injector: FaultInjector | None = None
+        try:
+            for topic, count in self.settings.topics:
+                self.partitions += await cluster.create_topic(topic, count, 3)
+                self.history.set_min_insync_replicas(topic, 2)
+            self._start_workload()
+            injector = await self._faults()
+            await self._heal(injector)
+            await self._liveness()
+            for worker in self.workers:
+                await worker.stop()
+            await self._read_back()
+            self._collect_final()
+        finally:
+            for worker in self.workers:
+                await worker.stop()
+            remove_hook()
+            await self._stop_cluster()
+        self.violations += check_all(self.history)
+        errors: Counter[str] = Counter()
+        for worker in self.workers:
+            for kind, count in worker.errors.items():
+                errors[f"{worker.name}:{kind}"] += count
+        self.trace.note(f"done: {len(self.violations)} violations")
+        return Result(
+            seed=self.seed,
+            violations=self.violations,
+            history=self.history,
+            faults=injector.injected if injector is not None else Counter(),
+            trace_digest=self.trace.digest(),
+            notes=self.trace.notes,
+            simulated_ms=self.clock.monotonic_ms(),
+            steps=self.loop.steps,
+            wall_s=0.0,
+            torn_tails=injector.torn_tails if injector is not None else 0,
+            duplicates=duplicate_counts(self.history),
+            errors=errors,
+        )
+
+    # -- the workload -------------------------------------------------------------------------
+
+    def _producer(
+        self, name: str, topic: str, partitions: int, acks: int, idempotent: bool
+    ) -> ProducerWorker:
+        return ProducerWorker(
+            name,
+            transport=self.network.transport(name),
+            bootstrap=self.bootstrap,
+            clock=self.clock,
+            history=self.history,
+            topic=topic,
+            partitions=partitions,
+            acks=acks,
+            idempotent=idempotent,
+            interval_ms=self.settings.producer_interval_ms,
+        )
+
+    def _start_workload(self) -> None:
+        topic, count = self.settings.topics[0]
+        self.workers = [
+            self._producer("p-idempotent", topic, count, ACKS_ALL, True),
+            self._producer("p-all", topic, count, ACKS_ALL, False),
+            self._producer("p-one", topic, count, 1, False),
+            self._producer("p-zero", topic, count, 0, False),
+            ConsumerWorker(
+                "consumer",
+                transport=self.network.transport("consumer"),
+                bootstrap=self.bootstrap,
+                clock=self.clock,
+                history=self.history,
+                partitions=self.partitions,
+            ),
+        ]
+        if self.settings.churn:
+            self.workers.append(
+                TopicChurn(
+                    "churn",
+                    clock=self.clock,
+                    history=self.history,
+                    create=self._create_churn_topic,
+                    delete=self._delete_topic,
+                    producer_for=lambda t: self._producer(f"p-{t}", t, 1, ACKS_ALL, True),
+                    interval_ms=700,
+                )
+            )
+        for worker in self.workers:
+            worker.start()
+
+    async def _create_churn_topic(self, topic: str) -> None:
+        self.partitions += await asyncio.wait_for(self.cluster.create_topic(topic, 1, 3), 5)
+        self.history.set_min_insync_replicas(topic, 2)
+        self.trace.note(f"created {topic}")
+
+    async def _delete_topic(self, topic: str) -> None:
+        response = await asyncio.wait_for(
+            self.cluster.admin(DeleteTopicsRequest(topic_names=[topic], timeout_ms=2_000)), 5
+        )
+        self.trace.note(f"deleted {topic}: {response}")
+
+    # -- faults -------------------------------------------------------------------------------
+
+    async def _faults(self) -> FaultInjector:
+        clients = [w.name for w in self.workers if not isinstance(w, TopicChurn)]
+        brokers = [self.cluster.node_name(b) for b in self.cluster.broker_ids]
+        plan = plan_faults(
+            random.Random(f"faults-{self.seed}"),
+            duration_ms=self.settings.fault_ms,
+            brokers=brokers,
+            clients=clients,
+            controller="controller",
+            pause_ms=max(LAG_MS, SESSION_MS) + 200,
+            kinds=self.settings.kinds,
+        )
+        injector = FaultInjector(
+            self.cluster,
+            self.clock,
+            random.Random(f"tear-{self.seed}"),
+            clients=clients,
+            note=self.trace.note,
+            incarnations=self.incarnations,
+        )
+        start_ms = self.clock.monotonic_ms()
+        for fault in plan:
+            wait_ms = start_ms + fault.at_ms - self.clock.monotonic_ms()
+            if wait_ms > 0:
+                await self.clock.sleep(wait_ms / 1000)
+            await injector.apply(fault)
+            if fault.hold_ms:
+                await self.clock.sleep(fault.hold_ms / 1000)
+            await injector.heal(fault)
+        return injector
+
+    async def _heal(self, injector: FaultInjector) -> None:
+        self.network.heal_all()  # each link's delay or drops were reset by its fault's heal
+        if not self.cluster.controller.actor.running:
+            await self.cluster.restart_controller()
+        for broker_id in self.cluster.broker_ids:
+            await injector.restart(broker_id)
+        self.trace.note("healed everything")
+
+    # -- liveness -----------------------------------------------------------------------------
+
+    async def _liveness(self) -> None:
+        cluster = self.cluster
+        bound = self.settings.liveness_ms
+        steps = [
+            ("every partition led and served", lambda: all(map(cluster.serving, self._live()))),
+            ("every pending AlterPartition resolved", self._no_pending_isr_change),
+        ]
+        for what, condition in steps:
+            if not await self._within(condition, bound, what):
+                return
+        if not await self._probe_write(bound):
+            return
+        await self._within(self._caught_up, bound, "every replica caught up")
+
+    def _live(self) -> list[TopicPartition]:
+        deleted = self.history.deleted_topics
+        return [tp for tp in self.partitions if tp.topic not in deleted]
+
+    async def _within(self, condition: object, bound_ms: int, what: str) -> bool:
+        assert callable(condition)
+        try:
+            await self.cluster.run_until(condition, max_ms=bound_ms, what=what)
+        except AssertionError:
+            self.violations.append(
+                Violation("liveness", f"{what}: not within {bound_ms} ms of healing", None)
+            )
+            self.trace.note(f"liveness failed: {what}")
+            return False
+        self.trace.note(f"liveness: {what}")
+        return True
+
+    def _no_pending_isr_change(self) -> bool:
+        for tp in self._live():
+            record = self.cluster.record(tp)
+            actor = self.cluster.nodes[record.leader].replica_manager.partition(tp)
+            if actor is None or actor.view.isr != actor.view.maximal_isr:
+                return False
+        return True
+
+    def _caught_up(self) -> bool:
+        for tp in self._live():
+            record = self.cluster.record(tp)
+            if sorted(record.isr) != sorted(record.replicas):
+                return False
+            views = [self.cluster.nodes[b].replica_manager.partition(tp) for b in record.replicas]
+            if any(v is None for v in views):
+                return False
+            ends = {v.view.log_end_offset.message_offset for v in views if v is not None}
+            hws = {v.view.high_watermark.message_offset for v in views if v is not None}
+            if len(ends) != 1 or hws != ends:
+                return False
+        return True
+
+    async def _probe_write(self, bound_ms: int) -> bool:
+        topic, _ = self.settings.topics[0]
+        probe = self._producer("probe", topic, 1, ACKS_ALL, True)
+        try:
+            future = await probe.producer.send(topic, None, b"probe", partition=0)
+            await asyncio.wait_for(future, bound_ms / 1000)
+        except Exception as error:
+            self.violations.append(
+                Violation("liveness", f"an acks=all write failed after healing: {error!r}", None)
+            )
+            self.trace.note(f"liveness failed: probe write {error!r}")
+            return False
+        finally:
+            await probe.stop()
+        self.trace.note("liveness: an acks=all write succeeded")
+        return True
+
+    # -- the final state ----------------------------------------------------------------------
+
+    async def _read_back(self) -> None:
+        """A fresh consumer reads every live partition from the start to its high watermark."""
+        consumer = Consumer(
+            Client(
+                self.bootstrap,
+                transport=self.network.transport("reader"),
+                clock=self.clock,
+                config=CLIENT_CONFIG,
+                client_id="reader",
+            ),
+            config=ConsumerConfig(
+                fetch_max_wait_ms=50, auto_offset_reset="earliest", request_timeout_ms=1_000
+            ),
+            owns_client=True,
+        )
+        ends = {tp: self._leader_hw(tp) for tp in self._live()}
+        consumer.assign(list(ends))
+        positions = dict.fromkeys(ends, 0)
+        try:
+            for _ in range(500):  # bounded; each poll brings records or times out
+                if all(positions[tp] >= end for tp, end in ends.items()):
+                    break
+                for record in await consumer.poll(timeout_ms=100):
+                    tp = TopicPartition(record.topic, record.partition)
+                    positions[tp] = record.offset + 1
+                    self.history.append_read(
+                        Read("reader", tp, record.offset, record.value, self.clock.monotonic_ns())
+                    )
+        finally:
+            with contextlib.suppress(Exception):
+                await consumer.close()
+
+    def _leader_hw(self, tp: TopicPartition) -> int:
+        actor = self.cluster.leader(tp).replica_manager.partition(tp)
+        assert actor is not None, tp
+        return actor.view.high_watermark.message_offset
+
+    def _collect_final(self) -> None:
+        for tp in self._live():
+            record = self.cluster.record(tp)
+            leader_hw = self._leader_hw(tp)
+            for broker_id in record.replicas:
+                if not self.cluster.running(broker_id):
+                    continue
+                actor = self.cluster.nodes[broker_id].replica_manager.partition(tp)
+                log_dir = self.cluster.nodes[broker_id].log_manager.log_dir_of(tp)
+                if actor is None or log_dir is None:
+                    continue
+                view = actor.view
+                records, below_hw = _read_files(log_dir / tp.dir_name, leader_hw)
+                self.history.append_final(
+                    ReplicaState(
+                        broker=broker_id,
+                        tp=tp,
+                        leader_epoch=view.leader_epoch,
+                        is_leader=view.is_leader,
+                        high_watermark=view.high_watermark.message_offset,
+                        log_start_offset=view.log_start_offset,
+                        log_end_offset=view.log_end_offset.message_offset,
+                        records=records,
+                        batch_bytes=below_hw,
+                    )
+                )
+
+    async def _stop_cluster(self) -> None:
+        cluster = self.cluster
+        for broker_id in sorted(cluster.nodes):
+            if cluster.running(broker_id):
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(cluster.nodes[broker_id].stop(), 30)
+        if cluster.controller.actor.running:
+            await cluster.controller.stop()
+
+
+def _read_files(partition_dir: Path, high_watermark: int) -> tuple[tuple[LoggedRecord, ...], bytes]:
+    """Every data record of the replica's segment files, and the raw batches below the HW."""
+    records: list[LoggedRecord] = []
+    below: list[bytes] = []
+    for segment in sorted(partition_dir.glob("*.log")):
+        data = segment.read_bytes()
+        for position, header in iter_batches(data):
+            if header.last_offset < high_watermark:
+                below.append(data[position : position + header.size_bytes])
+            if header.is_control:
+                continue
+            records.extend(
+                LoggedRecord(record.offset, record.value) for record in iter_records(data, position)
+            )
+    return tuple(records), b"".join(below)
+
+
+def summarize(runs: Iterable[Figures]) -> str:
+    """The figures of a batch of runs: seeds, speed, simulated time, faults, writes."""
+    done = list(runs)
+    if not done:
+        return "seeds: 0"
+    faults: Counter[str] = Counter()
+    for result in done:
+        faults.update(result.faults)
+    failed = [r.seed for r in done if not r.ok]
+    wall = sum(r.wall_s for r in done)
+    per_seed_ms = [r.simulated_ms for r in done]
+    acked = [r.acknowledged for r in done]
+    injected = [sum(r.faults.values()) for r in done]
+    kinds = ", ".join(f"{kind}={count}" for kind, count in sorted(faults.items()))
+    lines = [
+        f"seeds: {len(done)}, failed: {len(failed)} {failed[:20] if failed else ''}",
+        f"wall: {wall:.1f} s, {len(done) / wall:.2f} seeds/s",
+        f"simulated: {sum(per_seed_ms) / 1000:.1f} s, at least {min(per_seed_ms) / 1000:.1f} s"
+        " per seed",
+        f"acks=all acknowledged: {sum(acked)}, at least {min(acked)} per seed",
+        f"faults: {sum(injected)}, at least {min(injected)} per seed ({kinds})",
+        f"torn tails: {sum(r.torn_tails for r in done)}",
+    ]
+    return "\n".join(lines)

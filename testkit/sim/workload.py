@@ -1,0 +1,258 @@
+"""The simulation's clients: producers and consumers that record what the cluster promised.
+
+Each worker is ketch's own client (client/) on the simulated network, under a node name of its
+own (so faults can cut it off like any node), paced on the simulated clock. What they record
+goes into the run's `History` (history.py), which the checkers read:
+
+* `ProducerWorker`: one record at a time, every `interval_ms`, each value unique
+  (`<name>:<n>`), to the partitions of one topic in turn. acks=all with idempotence (the
+  client's default), acks=all without, acks=1 or acks=0. Every value sent is recorded as
+  attempted (with whether the producer was idempotent, for the duplicate check); every
+  acknowledgement as an `Ack` with its offset. A send that fails (delivery timeout, a refusal)
+  is counted and the worker goes on with the next value: the failed one may or may not be in
+  the log, which the checkers allow.
+* `ConsumerWorker`: assigned every partition of a topic from the earliest offset, polls until
+  stopped and records every record in the order received. Consumers read below the high
+  watermark only, so everything they record must survive.
+* `TopicChurn`: creates a topic, produces a few records with acks=all, deletes it, again
+  under a new name each round (names are never reused), while the faults run; a deleted topic
+  is exempt from the final-log checks.
+
+Ownership: the workers run as tasks on the simulation's loop; each owns its client; `stop()`
+closes it. Errors are counted per kind in `errors` for the run's summary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+
+from client.client import Client
+from client.config import ClientConfig, ConsumerConfig, ProducerConfig
+from client.consumer import Consumer
+from client.errors import ClientError
+from client.producer import Producer
+from runtime.clock import Clock
+from runtime.net.transport import Address, Transport
+from testkit.sim.history import Ack, History, Read, TopicDeleted
+from wire.errors import KafkaError
+from wire.topic import TopicPartition
+
+log = logging.getLogger(__name__)
+
+CLIENT_CONFIG = ClientConfig(
+    request_timeout_ms=1_000, reconnect_backoff_ms=10, reconnect_backoff_max_ms=100
+)
+# A send settles (acknowledged or failed) within this much simulated time, so a worker never
+# waits out a long fault on one record.
+DELIVERY_TIMEOUT_MS = 3_000
+
+
+def _new_client(
+    transport: Transport, bootstrap: Sequence[Address], clock: Clock, name: str
+) -> Client:
+    return Client(
+        list(bootstrap), transport=transport, clock=clock, config=CLIENT_CONFIG, client_id=name
+    )
+
+
+class _Worker:
+    def __init__(self, name: str, clock: Clock, history: History) -> None:
+        self.name = name
+        self.clock = clock
+        self.history = history
+        self.errors: Counter[str] = Counter()
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        task = self._task
+        if task is None:
+            return
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        raise NotImplementedError
+
+
+class ProducerWorker(_Worker):
+    def __init__(
+        self,
+        name: str,
+        *,
+        transport: Transport,
+        bootstrap: Sequence[Address],
+        clock: Clock,
+        history: History,
+        topic: str,
+        partitions: int,
+        acks: int,
+        idempotent: bool,
+        interval_ms: int,
+    ) -> None:
+        super().__init__(name, clock, history)
+        self.topic = topic
+        self.partitions = partitions
+        self.acks = acks
+        self.idempotent = idempotent
+        self.interval_ms = interval_ms
+        self.sent = 0
+        self.producer = Producer(
+            _new_client(transport, bootstrap, clock, name),
+            config=ProducerConfig(
+                acks=acks,
+                enable_idempotence=idempotent,
+                linger_ms=0,
+                request_timeout_ms=1_000,
+                delivery_timeout_ms=DELIVERY_TIMEOUT_MS,
+                max_block_ms=DELIVERY_TIMEOUT_MS,
+                retry_backoff_ms=20,
+                retry_backoff_max_ms=200,
+            ),
+            owns_client=True,
+        )
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            value = b"%s:%d" % (self.name.encode(), self.sent)
+            partition = self.sent % self.partitions
+            self.sent += 1
+            self.history.append_attempt(self.name, value, self.idempotent)
+            try:
+                sent = await self.producer.send_and_wait(
+                    self.topic, None, value, partition=partition
+                )
+            except (ClientError, KafkaError, TimeoutError) as error:
+                self.errors[type(error).__name__] += 1
+            else:
+                self.history.append_ack(
+                    Ack(
+                        producer=self.name,
+                        tp=TopicPartition(sent.topic, sent.partition),
+                        value=value,
+                        offset=sent.offset,
+                        acks=self.acks,
+                        idempotent=self.idempotent,
+                        at_ns=self.clock.monotonic_ns(),
+                    )
+                )
+            await self.clock.sleep(self.interval_ms / 1000)
+
+    async def stop(self) -> None:
+        await super().stop()
+        with contextlib.suppress(Exception):
+            await self.producer.close(timeout_ms=0)
+
+
+class ConsumerWorker(_Worker):
+    def __init__(
+        self,
+        name: str,
+        *,
+        transport: Transport,
+        bootstrap: Sequence[Address],
+        clock: Clock,
+        history: History,
+        partitions: Sequence[TopicPartition],
+    ) -> None:
+        super().__init__(name, clock, history)
+        self.consumer = Consumer(
+            _new_client(transport, bootstrap, clock, name),
+            config=ConsumerConfig(
+                fetch_max_wait_ms=100,
+                auto_offset_reset="earliest",
+                request_timeout_ms=1_000,
+                retry_backoff_ms=20,
+            ),
+            owns_client=True,
+        )
+        self.consumer.assign(partitions)
+        self.read = 0
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            try:
+                records = await self.consumer.poll(timeout_ms=200)
+            except (ClientError, KafkaError, TimeoutError) as error:
+                self.errors[type(error).__name__] += 1
+                await self.clock.sleep(0.05)
+                continue
+            now_ns = self.clock.monotonic_ns()
+            for record in records:
+                self.history.append_read(
+                    Read(
+                        consumer=self.name,
+                        tp=TopicPartition(record.topic, record.partition),
+                        offset=record.offset,
+                        value=record.value,
+                        at_ns=now_ns,
+                    )
+                )
+            self.read += len(records)
+
+    async def stop(self) -> None:
+        await super().stop()
+        with contextlib.suppress(Exception):
+            await self.consumer.close()
+
+
+class TopicChurn(_Worker):
+    """Topics created, written to and deleted while the faults run (module docstring)."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        clock: Clock,
+        history: History,
+        create: Callable[[str], Awaitable[object]],
+        delete: Callable[[str], Awaitable[object]],
+        producer_for: Callable[[str], ProducerWorker],
+        interval_ms: int,
+    ) -> None:
+        super().__init__(name, clock, history)
+        self._create = create
+        self._delete = delete
+        self._producer_for = producer_for
+        self.interval_ms = interval_ms
+        self.rounds = 0
+        self.deleted = 0
+        self._producer: ProducerWorker | None = None
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            topic = f"{self.name}-{self.rounds}"
+            self.rounds += 1
+            try:
+                await self._create(topic)
+            except (ClientError, KafkaError, TimeoutError, AssertionError) as error:
+                self.errors[f"create:{type(error).__name__}"] += 1
+                await self.clock.sleep(self.interval_ms / 1000)
+                continue
+            self._producer = producer = self._producer_for(topic)
+            producer.start()
+            await self.clock.sleep(self.interval_ms / 1000)
+            await producer.stop()
+            self._producer = None
+            try:
+                await self._delete(topic)
+            except (ClientError, KafkaError, TimeoutError, AssertionError) as error:
+                self.errors[f"delete:{type(error).__name__}"] += 1
+            # Whether or not the deletion was confirmed, the topic is out of the checks: a
+            # deletion that went through after a lost answer is still a deletion.
+            self.history.append_topic_deleted(TopicDeleted(topic, self.clock.monotonic_ns()))
+            self.deleted += 1
+            await self.clock.sleep(self.interval_ms / 1000)
+
+    async def stop(self) -> None:
+        await super().stop()
+        if self._producer is not None:
+            await self._producer.stop()

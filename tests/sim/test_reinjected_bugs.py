@@ -1,0 +1,52 @@
+"""The simulator can fail: with a known bug switched back on (runtime/reinjected.py), the
+checkers catch it within a bounded number of seeds, and name the invariant it broke.
+
+* The leader moving its high watermark to its own log end: acks=all answered before the ISR has
+  the write; a crash (its unflushed tail torn) then loses it - `acknowledged_writes_kept`.
+* A follower truncating to its high watermark instead of by leader epoch (before KIP-101): two
+  brokers crashing close together elect a replica that cut acknowledged data.
+
+Each search runs only the fault kinds that can expose the bug, from seed 0 (deterministic: the
+seed that catches it is the same on every run), and fails if none does within `WITHIN` seeds.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Final
+
+import pytest
+
+from runtime.reinjected import HIGH_WATERMARK_AT_LOG_END, TRUNCATE_TO_HIGH_WATERMARK, reinjected
+from testkit.sim.simulation import Settings, run_seed
+
+WITHIN: Final = 20
+CRASHES: Final = ("crash", "crash_two", "controlled_shutdown")
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(
+    ("bug", "kinds", "caught_by"),
+    [
+        (HIGH_WATERMARK_AT_LOG_END, ("partition", "one_way", "drop", "crash"), "acknowledged"),
+        (TRUNCATE_TO_HIGH_WATERMARK, CRASHES, "acknowledged"),
+    ],
+)
+def test_a_reinjected_bug_is_caught(
+    tmp_path: Path, bug: str, kinds: tuple[str, ...], caught_by: str
+) -> None:
+    logging.disable(logging.CRITICAL)
+    try:
+        for seed in range(WITHIN):
+            with reinjected(bug):
+                result = run_seed(seed, tmp_path, Settings(kinds=kinds))
+            if not result.ok:
+                break
+        else:
+            pytest.fail(f"{bug}: no violation in seeds 0..{WITHIN - 1}")
+    finally:
+        logging.disable(logging.NOTSET)
+    checkers = {violation.checker for violation in result.violations}
+    assert any(name.startswith(caught_by) for name in checkers), (seed, checkers)
+    print(f"{bug}: caught at seed {seed} by {sorted(checkers)}")
