@@ -412,6 +412,35 @@ def controller_epochs_monotonic(history: History) -> list[Violation]:
     return violations
 
 
+def committed_offsets_kept(history: History) -> list[Violation]:
+    """Every acknowledged offset commit survives: the group's offset read at the end is at least
+    the highest one acknowledged, and no higher than the highest one sent (the workload commits
+    rising offsets; a commit applied whose answer was lost may be the one that stayed)."""
+    name = "committed_offsets_kept"
+    acknowledged: dict[tuple[str, TopicPartition], int] = {}
+    sent: dict[tuple[str, TopicPartition], int] = {}
+    deleted = history.deleted_topics
+    for commit in history.offset_commits:
+        if commit.tp.topic in deleted:
+            continue
+        key = (commit.group, commit.tp)
+        sent[key] = max(sent.get(key, -1), commit.offset)
+        if commit.acknowledged:
+            acknowledged[key] = max(acknowledged.get(key, -1), commit.offset)
+    violations: list[Violation] = []
+    for (group, tp), offset in sorted(acknowledged.items()):
+        final = history.final_offsets.get((group, tp), -1)
+        if final < offset:
+            message = f"group {group} {tp}: commit of {offset} acknowledged, {final} at the end"
+            violations.append(Violation(name, message, None))
+        elif final > sent[(group, tp)]:
+            message = (
+                f"group {group} {tp}: {final} at the end, never sent (at most {sent[(group, tp)]})"
+            )
+            violations.append(Violation(name, message, None))
+    return violations
+
+
 ALL_CHECKERS: Final[dict[str, Checker]] = {
     checker.__name__: checker
     for checker in (
@@ -424,6 +453,7 @@ ALL_CHECKERS: Final[dict[str, Checker]] = {
         one_leader_per_epoch,
         isr_never_empty,
         controller_epochs_monotonic,
+        committed_offsets_kept,
     )
 }
 

@@ -143,6 +143,17 @@ class TopicDeleted:
     at_ns: int
 
 
+@dataclass(frozen=True, slots=True)
+class OffsetCommitted:
+    """A group's offset commit for a partition: sent (`acknowledged` False) or answered NONE."""
+
+    group: str
+    tp: TopicPartition
+    offset: int
+    acknowledged: bool
+    at_ns: int
+
+
 @dataclass(slots=True)
 class History:
     """Everything one run recorded; the recorder appends, the checkers read."""
@@ -162,6 +173,9 @@ class History:
     # counted against their producer.
     attempted_by: dict[bytes, str] = field(default_factory=dict)
     final: dict[TopicPartition, list[ReplicaState]] = field(default_factory=dict)
+    # Offset commits sent and acknowledged, and each group's committed offsets read at the end.
+    offset_commits: list[OffsetCommitted] = field(default_factory=list)
+    final_offsets: dict[tuple[str, TopicPartition], int] = field(default_factory=dict)
     min_insync_replicas: dict[str, int] = field(default_factory=dict)
 
     # -- appended by the recorder ---------------------------------------------------------------
@@ -201,6 +215,12 @@ class History:
         offsets = [record.offset for record in replica.records]
         assert offsets == sorted(set(offsets)), f"{replica.tp} broker {replica.broker}: unsorted"
         self.final.setdefault(replica.tp, []).append(replica)
+
+    def append_offset_commit(self, commit: OffsetCommitted) -> None:
+        self.offset_commits.append(commit)
+
+    def set_final_offset(self, group: str, tp: TopicPartition, offset: int) -> None:
+        self.final_offsets[(group, tp)] = offset
 
     def set_min_insync_replicas(self, topic: str, value: int) -> None:
         self.min_insync_replicas[topic] = value
@@ -257,5 +277,6 @@ class History:
             "isr_changes": len(self.isr_changes),
             "controller_epochs": len(self.controller_epochs),
             "topic_deletions": len(self.topic_deletions),
+            "offset_commits": sum(1 for commit in self.offset_commits if commit.acknowledged),
             "final_replicas": sum(len(replicas) for replicas in self.final.values()),
         }

@@ -55,7 +55,14 @@ from testkit.sim.faults import KINDS, FaultInjector, plan_faults
 from testkit.sim.history import History, LoggedRecord, Read, ReplicaState
 from testkit.sim.loop import SimClock, SimulatedLoop, deterministic_entropy
 from testkit.sim.observer import Observer
-from testkit.sim.workload import CLIENT_CONFIG, ConsumerWorker, ProducerWorker, TopicChurn
+from testkit.sim.workload import (
+    CLIENT_CONFIG,
+    ConsumerWorker,
+    OffsetCommitter,
+    ProducerWorker,
+    TopicChurn,
+    read_group_offsets,
+)
 from wire.messages import DeleteTopicsRequest
 from wire.record_reader import iter_records
 from wire.records import iter_batches
@@ -73,7 +80,11 @@ PROPERTIES: Final[dict[str, object]] = {
     "reconnect.backoff.max.ms": 50,
     "retry.backoff.ms": 10,
     "retry.backoff.max.ms": 50,
+    # Few coordinator partitions: each is a shard to load on every leadership move.
+    "offsets.topic.num.partitions": 3,
+    "transaction.state.log.num.partitions": 3,
 }
+GROUP: Final = "sim-group"
 ACKS_ALL: Final = -1
 
 
@@ -96,6 +107,7 @@ class Figures:
     ok: bool
     simulated_ms: int
     acknowledged: int
+    commits: int  # offset commits acknowledged
     faults: Counter[str]
     torn_tails: int
     wall_s: float
@@ -130,6 +142,7 @@ class Result:
             self.ok,
             self.simulated_ms,
             self.acknowledged,
+            sum(1 for commit in self.history.offset_commits if commit.acknowledged),
             self.faults,
             self.torn_tails,
             self.wall_s,
@@ -201,7 +214,7 @@ class _Run:
         self.history = History(seed=seed)
         self.incarnations: Counter[int] = Counter()
         self.partitions: list[TopicPartition] = []
-        self.workers: list[ProducerWorker | ConsumerWorker | TopicChurn] = []
+        self.workers: list[ProducerWorker | ConsumerWorker | OffsetCommitter | TopicChurn] = []
         self.violations: list[Violation] = []
 
     @property
@@ -225,6 +238,7 @@ class _Run:
             for worker in self.workers:
                 await worker.stop()
             await self._read_back()
+            await self._read_group_offsets()
             self._collect_final()
         finally:
             for worker in self.workers:
@@ -272,18 +286,29 @@ class _Run:
 
     def _start_workload(self) -> None:
         topic, count = self.settings.topics[0]
+        consumer = ConsumerWorker(
+            "consumer",
+            transport=self.network.transport("consumer"),
+            bootstrap=self.bootstrap,
+            clock=self.clock,
+            history=self.history,
+            partitions=self.partitions,
+        )
         self.workers = [
             self._producer("p-idempotent", topic, count, ACKS_ALL, True),
             self._producer("p-all", topic, count, ACKS_ALL, False),
             self._producer("p-one", topic, count, 1, False),
             self._producer("p-zero", topic, count, 0, False),
-            ConsumerWorker(
-                "consumer",
-                transport=self.network.transport("consumer"),
+            consumer,
+            OffsetCommitter(
+                "committer",
+                transport=self.network.transport("committer"),
                 bootstrap=self.bootstrap,
                 clock=self.clock,
                 history=self.history,
-                partitions=self.partitions,
+                group=GROUP,
+                source=consumer,
+                interval_ms=300,
             ),
         ]
         if self.settings.churn:
@@ -459,6 +484,26 @@ class _Run:
             with contextlib.suppress(Exception):
                 await consumer.close()
 
+    async def _read_group_offsets(self) -> None:
+        client = Client(
+            self.bootstrap,
+            transport=self.network.transport("offsets-reader"),
+            clock=self.clock,
+            config=CLIENT_CONFIG,
+            client_id="offsets-reader",
+        )
+        try:
+            offsets = await read_group_offsets(client, self.bootstrap, GROUP, self.clock)
+        finally:
+            await client.close()
+        if offsets is None:
+            self.violations.append(
+                Violation("liveness", f"group {GROUP}'s offsets not readable after healing", None)
+            )
+            return
+        for tp, offset in sorted(offsets.items()):
+            self.history.set_final_offset(GROUP, tp, offset)
+
     def _leader_hw(self, tp: TopicPartition) -> int:
         actor = self.cluster.leader(tp).replica_manager.partition(tp)
         assert actor is not None, tp
@@ -538,6 +583,7 @@ def summarize(runs: Iterable[Figures]) -> str:
         f"simulated: {sum(per_seed_ms) / 1000:.1f} s, at least {min(per_seed_ms) / 1000:.1f} s"
         " per seed",
         f"acks=all acknowledged: {sum(acked)}, at least {min(acked)} per seed",
+        f"offset commits acknowledged: {sum(r.commits for r in done)}",
         f"faults: {sum(injected)}, at least {min(injected)} per seed ({kinds})",
         f"torn tails: {sum(r.torn_tails for r in done)}",
     ]

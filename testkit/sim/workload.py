@@ -14,6 +14,10 @@ goes into the run's `History` (history.py), which the checkers read:
 * `ConsumerWorker`: assigned every partition of a topic from the earliest offset, polls until
   stopped and records every record in the order received. Consumers read below the high
   watermark only, so everything they record must survive.
+* `OffsetCommitter`: commits, as a simple consumer of group "sim-group" (no membership:
+  generation -1), the consumer worker's positions every `interval_ms`, at the coordinator
+  FindCoordinator names; records each commit sent and each one acknowledged. At the end the
+  group's offsets are read back (`read_group_offsets`) for the checker.
 * `TopicChurn`: creates a topic, produces a few records with acks=all, deletes it, again
   under a new name each round (names are never reused), while the faults run; a deleted topic
   is exempt from the final-log checks.
@@ -37,8 +41,18 @@ from client.errors import ClientError
 from client.producer import Producer
 from runtime.clock import Clock
 from runtime.net.transport import Address, Transport
-from testkit.sim.history import Ack, History, Read, TopicDeleted
-from wire.errors import KafkaError
+from testkit.sim.history import Ack, History, OffsetCommitted, Read, TopicDeleted
+from wire.errors import ErrorCode, KafkaError
+from wire.messages import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    OffsetCommitRequest,
+    OffsetCommitRequestPartition,
+    OffsetCommitRequestTopic,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
 from wire.topic import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -176,6 +190,7 @@ class ConsumerWorker(_Worker):
         )
         self.consumer.assign(partitions)
         self.read = 0
+        self.positions: dict[TopicPartition, int] = {}  # the next offset after the last read
 
     async def _run(self) -> None:
         while not self._stopping:
@@ -187,6 +202,7 @@ class ConsumerWorker(_Worker):
                 continue
             now_ns = self.clock.monotonic_ns()
             for record in records:
+                self.positions[TopicPartition(record.topic, record.partition)] = record.offset + 1
                 self.history.append_read(
                     Read(
                         consumer=self.name,
@@ -202,6 +218,115 @@ class ConsumerWorker(_Worker):
         await super().stop()
         with contextlib.suppress(Exception):
             await self.consumer.close()
+
+
+class OffsetCommitter(_Worker):
+    """A simple consumer's offset commits (module docstring)."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        transport: Transport,
+        bootstrap: Sequence[Address],
+        clock: Clock,
+        history: History,
+        group: str,
+        source: ConsumerWorker,
+        interval_ms: int,
+    ) -> None:
+        super().__init__(name, clock, history)
+        self.group = group
+        self.source = source
+        self.interval_ms = interval_ms
+        self.bootstrap = list(bootstrap)
+        self.client = _new_client(transport, bootstrap, clock, name)
+        self.committed = 0
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            await self.clock.sleep(self.interval_ms / 1000)
+            positions = dict(self.source.positions)
+            if not positions:
+                continue
+            try:
+                await self._commit(positions)
+            except (ClientError, KafkaError, TimeoutError) as error:
+                self.errors[type(error).__name__] += 1
+
+    async def _commit(self, positions: dict[TopicPartition, int]) -> None:
+        coordinator = await find_coordinator(self.client, self.bootstrap, self.group)
+        if coordinator is None:
+            self.errors["no coordinator"] += 1
+            return
+        by_topic: dict[str, list[OffsetCommitRequestPartition]] = {}
+        for tp, offset in sorted(positions.items()):
+            by_topic.setdefault(tp.topic, []).append(
+                OffsetCommitRequestPartition(partition_index=tp.partition, committed_offset=offset)
+            )
+            self.history.append_offset_commit(
+                OffsetCommitted(self.group, tp, offset, False, self.clock.monotonic_ns())
+            )
+        request = OffsetCommitRequest(
+            group_id=self.group,
+            topics=[
+                OffsetCommitRequestTopic(name=topic, partitions=partitions)
+                for topic, partitions in by_topic.items()
+            ],
+        )
+        response = await self.client.send(coordinator, request)
+        assert isinstance(response, OffsetCommitResponse), response
+        for topic in response.topics:
+            for partition in topic.partitions:
+                tp = TopicPartition(topic.name, partition.partition_index)
+                if partition.error_code != ErrorCode.NONE:
+                    self.errors[ErrorCode.from_code(partition.error_code).name] += 1
+                    continue
+                self.committed += 1
+                self.history.append_offset_commit(
+                    OffsetCommitted(self.group, tp, positions[tp], True, self.clock.monotonic_ns())
+                )
+
+    async def stop(self) -> None:
+        await super().stop()
+        with contextlib.suppress(Exception):
+            await self.client.close()
+
+
+async def find_coordinator(client: Client, bootstrap: list[Address], group: str) -> Address | None:
+    """The group's coordinator as the first broker that answers names it, or None."""
+    for address in bootstrap:
+        try:
+            found = await client.send(address, FindCoordinatorRequest(coordinator_keys=[group]))
+        except (ClientError, TimeoutError):
+            continue
+        assert isinstance(found, FindCoordinatorResponse), found
+        [coordinator] = found.coordinators
+        if coordinator.error_code == ErrorCode.NONE:
+            return Address(coordinator.host, coordinator.port)
+    return None
+
+
+async def read_group_offsets(
+    client: Client, bootstrap: list[Address], group: str, clock: Clock, *, attempts: int = 100
+) -> dict[TopicPartition, int] | None:
+    """The group's committed offsets, asked of its coordinator until it answers (bounded)."""
+    for _ in range(attempts):
+        coordinator = await find_coordinator(client, bootstrap, group)
+        if coordinator is not None:
+            try:
+                fetched = await client.send(coordinator, OffsetFetchRequest(group_id=group))
+            except (ClientError, TimeoutError):
+                fetched = None
+            if isinstance(fetched, OffsetFetchResponse) and fetched.error_code == ErrorCode.NONE:
+                return {
+                    TopicPartition(topic.name, p.partition_index): p.committed_offset
+                    for topic in fetched.topics
+                    for p in topic.partitions
+                    if p.error_code == ErrorCode.NONE and p.committed_offset >= 0
+                }
+        await clock.sleep(0.05)
+    return None
 
 
 class TopicChurn(_Worker):

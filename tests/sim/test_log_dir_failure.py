@@ -30,9 +30,9 @@ from client.config import ClientConfig
 from runtime.log.checkpoints import REPLICATION_OFFSET_CHECKPOINT, TMP_SUFFIX
 from runtime.net.transport import Address
 from testkit.cluster import Cluster
+from testkit.disk import fail_log_writes
 from testkit.probes import one_record, only_answer
 from tests.sim.test_failover import consume_to
-from tests.unit.actors.replication.replica_manager_harness import fail_log_writes
 from wire.errors import ErrorCode
 from wire.messages import (
     DescribeClusterRequest,

@@ -5,7 +5,6 @@ for the controller's and clients' requests."""
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,8 +21,8 @@ from actors.replication.replica_manager_messages import (
 from actors.replication.request_path import RequestPath
 from runtime.clock import ManualClock
 from runtime.log.config import LogManagerConfig
-from runtime.log.log import Log
 from runtime.log.manager import LogManager
+from testkit.disk import fail_log_writes
 from tests.unit.actors.replication.partition_harness import RecordingSink
 from wire.batch_builder import build_batch
 from wire.messages import (
@@ -209,18 +208,6 @@ def fail_writes(broker: Broker, tp: TopicPartition) -> None:
     partition_log = broker.log_manager.get_log(tp)
     assert partition_log is not None
     fail_log_writes(partition_log)
-
-
-def fail_log_writes(partition_log: Log) -> None:
-    """The disk "fails" under the log's active segment: its descriptor becomes read-only, so the
-    next write raises OSError (EBADF) inside the partition actor, while closing it at teardown
-    still works."""
-    segment = partition_log.active_segment
-    read_only = os.open(segment.log_path, os.O_RDONLY)
-    try:
-        os.dup2(read_only, segment._fd)
-    finally:
-        os.close(read_only)
 
 
 async def settle(condition: Callable[[], bool], *, turns: int = 200) -> None:

@@ -10,6 +10,7 @@ from testkit.sim.checkers import (
     acknowledged_offsets_unique,
     acknowledged_writes_kept,
     check_all,
+    committed_offsets_kept,
     controller_epochs_monotonic,
     duplicate_counts,
     format_violations,
@@ -29,6 +30,7 @@ from testkit.sim.history import (
     IsrChange,
     LeaderClaim,
     LoggedRecord,
+    OffsetCommitted,
     Read,
     ReplicaState,
     TopicDeleted,
@@ -360,8 +362,39 @@ def test_controller_epochs_are_judged_in_time_order() -> None:
 # -- all together ------------------------------------------------------------------------------
 
 
+def commit(offset: int, *, acknowledged: bool = True, group: str = "g") -> OffsetCommitted:
+    return OffsetCommitted(group, TP, offset, acknowledged, at_ns=offset)
+
+
+def test_committed_offsets_kept_allows_a_later_commit_whose_answer_was_lost() -> None:
+    history = settled()
+    for event in (commit(3), commit(5), commit(7, acknowledged=False)):
+        history.append_offset_commit(event)
+    for final in (5, 7):
+        history.set_final_offset("g", TP, final)
+        assert committed_offsets_kept(history) == []
+
+
+def test_committed_offsets_kept_catches_a_lost_commit_and_an_offset_never_sent() -> None:
+    history = settled()
+    history.append_offset_commit(commit(3))
+    history.append_offset_commit(commit(5))
+    history.set_final_offset("g", TP, 3)
+    assert messages(committed_offsets_kept(history)) == [
+        "group g t-0: commit of 5 acknowledged, 3 at the end"
+    ]
+    history.set_final_offset("g", TP, 9)
+    assert messages(committed_offsets_kept(history)) == [
+        "group g t-0: 9 at the end, never sent (at most 5)"
+    ]
+    history.final_offsets.clear()  # nothing read back: the acknowledged commit is lost
+    assert len(committed_offsets_kept(history)) == 1
+    history.append_topic_deleted(TopicDeleted("t", at_ns=9))
+    assert committed_offsets_kept(history) == []
+
+
 def test_check_all_runs_every_checker_and_a_clean_history_passes_them_all() -> None:
-    assert len(ALL_CHECKERS) == 9
+    assert len(ALL_CHECKERS) == 10
     history = settled()
     for offset, value in enumerate(VALUES):
         history.append_attempt("p1", value, idempotent=True)
@@ -381,6 +414,7 @@ def test_check_all_runs_every_checker_and_a_clean_history_passes_them_all() -> N
         "isr_changes": 1,
         "controller_epochs": 1,
         "topic_deletions": 0,
+        "offset_commits": 0,
         "final_replicas": 3,
     }
     history.append_ack(ack(b"z", 0))
