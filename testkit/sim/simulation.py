@@ -36,6 +36,7 @@ import hashlib
 import random
 import shutil
 import time
+import traceback
 import zlib
 from collections import Counter
 from collections.abc import Iterable
@@ -226,13 +227,14 @@ class _Run:
         await cluster.start()
         observer = Observer(cluster, self.history, self.incarnations, lambda: self.partitions)
         remove_hook = self.loop.on_advance(observer.sample)
-        injector: FaultInjector | None = None
+        injector = self._injector()
+        broken = False
         try:
             for topic, count in self.settings.topics:
                 self.partitions += await cluster.create_topic(topic, count, 3)
                 self.history.set_min_insync_replicas(topic, 2)
             self._start_workload()
-            injector = await self._faults()
+            await self._faults(injector)
             await self._heal(injector)
             await self._liveness()
             for worker in self.workers:
@@ -240,12 +242,18 @@ class _Run:
             await self._read_back()
             await self._read_group_offsets()
             self._collect_final()
+        except Exception as error:  # ketch or the harness broke: the seed fails, with where
+            broken = True
+            trace = traceback.format_exc(limit=-6)
+            self.violations.append(Violation("run", f"the run broke: {error!r}\n{trace}", None))
+            self.trace.note(f"the run broke: {error!r}")
         finally:
             for worker in self.workers:
                 await worker.stop()
             remove_hook()
             await self._stop_cluster()
-        self.violations += check_all(self.history)
+        if not broken:  # a history cut short would only produce false alarms
+            self.violations += check_all(self.history)
         errors: Counter[str] = Counter()
         for worker in self.workers:
             for kind, count in worker.errors.items():
@@ -255,13 +263,13 @@ class _Run:
             seed=self.seed,
             violations=self.violations,
             history=self.history,
-            faults=injector.injected if injector is not None else Counter(),
+            faults=injector.injected,
             trace_digest=self.trace.digest(),
             notes=self.trace.notes,
             simulated_ms=self.clock.monotonic_ms(),
             steps=self.loop.steps,
             wall_s=0.0,
-            torn_tails=injector.torn_tails if injector is not None else 0,
+            torn_tails=injector.torn_tails,
             duplicates=duplicate_counts(self.history),
             errors=errors,
         )
@@ -339,8 +347,22 @@ class _Run:
 
     # -- faults -------------------------------------------------------------------------------
 
-    async def _faults(self) -> FaultInjector:
+    def _clients(self) -> list[str]:
+        return ["p-idempotent", "p-all", "p-one", "p-zero", "consumer", "committer"]
+
+    def _injector(self) -> FaultInjector:
+        return FaultInjector(
+            self.cluster,
+            self.clock,
+            random.Random(f"tear-{self.seed}"),
+            clients=self._clients(),
+            note=self.trace.note,
+            incarnations=self.incarnations,
+        )
+
+    async def _faults(self, injector: FaultInjector) -> None:
         clients = [w.name for w in self.workers if not isinstance(w, TopicChurn)]
+        assert clients == self._clients(), clients
         brokers = [self.cluster.node_name(b) for b in self.cluster.broker_ids]
         plan = plan_faults(
             random.Random(f"faults-{self.seed}"),
@@ -351,14 +373,6 @@ class _Run:
             pause_ms=max(LAG_MS, SESSION_MS) + 200,
             kinds=self.settings.kinds,
         )
-        injector = FaultInjector(
-            self.cluster,
-            self.clock,
-            random.Random(f"tear-{self.seed}"),
-            clients=clients,
-            note=self.trace.note,
-            incarnations=self.incarnations,
-        )
         start_ms = self.clock.monotonic_ms()
         for fault in plan:
             wait_ms = start_ms + fault.at_ms - self.clock.monotonic_ms()
@@ -368,7 +382,6 @@ class _Run:
             if fault.hold_ms:
                 await self.clock.sleep(fault.hold_ms / 1000)
             await injector.heal(fault)
-        return injector
 
     async def _heal(self, injector: FaultInjector) -> None:
         self.network.heal_all()  # each link's delay or drops were reset by its fault's heal
@@ -543,7 +556,8 @@ class _Run:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(cluster.nodes[broker_id].stop(), 30)
         if cluster.controller.actor.running:
-            await cluster.controller.stop()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(cluster.controller.stop(), 30)
 
 
 def _read_files(partition_dir: Path, high_watermark: int) -> tuple[tuple[LoggedRecord, ...], bytes]:

@@ -367,14 +367,14 @@ class TopicChurn(_Worker):
             await self.clock.sleep(self.interval_ms / 1000)
             await producer.stop()
             self._producer = None
+            # Out of the checks from the moment the deletion is asked for, confirmed or not: a
+            # deletion may go through though its answer is lost, or this worker stopped.
+            self.history.append_topic_deleted(TopicDeleted(topic, self.clock.monotonic_ns()))
+            self.deleted += 1
             try:
                 await self._delete(topic)
             except (ClientError, KafkaError, TimeoutError, AssertionError) as error:
                 self.errors[f"delete:{type(error).__name__}"] += 1
-            # Whether or not the deletion was confirmed, the topic is out of the checks: a
-            # deletion that went through after a lost answer is still a deletion.
-            self.history.append_topic_deleted(TopicDeleted(topic, self.clock.monotonic_ns()))
-            self.deleted += 1
             await self.clock.sleep(self.interval_ms / 1000)
 
     async def stop(self) -> None:
