@@ -11,6 +11,14 @@ did not set `enable.idempotence`, while an explicit `enable.idempotence=true` wi
 all is a configuration error. To tell "not given" from "given as true" the field is `bool | None`:
 None (the default, also what `from_properties` leaves when the property is absent) means "Kafka's
 default for these acks"; `ProducerConfig.idempotent` is the resolved value the producer uses.
+
+A `transactional_id` (transactional.id) makes the producer transactional (client/transactions.py),
+which implies idempotence: as Kafka's ConfigException, it refuses enable.idempotence=false and
+acks other than all.
+
+`ConsumerConfig.isolation_level` is Kafka's isolation.level: "read_uncommitted" (the default)
+reads up to the high watermark, "read_committed" up to the last stable offset and without the
+records of aborted transactions.
 """
 
 from __future__ import annotations
@@ -72,10 +80,17 @@ class ProducerConfig:
     # enable.idempotence: None = not given (on with acks=all, off with acks 0/1); True/False as
     # given. Read `idempotent` for the effective value (see the module docstring).
     enable_idempotence: bool | None = None
+    # transactional.id: None for a producer without transactions (see client/transactions.py).
+    transactional_id: str | None = None
+    # transaction.timeout.ms: how long the coordinator lets a transaction stay open before it
+    # aborts it (and fences the producer's epoch).
+    transaction_timeout_ms: int = 60_000
 
     def __post_init__(self) -> None:
         if self.acks not in (0, 1, ACKS_ALL):
             raise ValueError(f"acks must be 0, 1 or all (-1), got {self.acks}")
+        if self.transactional_id is not None:
+            self._check_transactional()
         if self.enable_idempotence and self.acks != ACKS_ALL:
             # Kafka's ConfigException: with acks=0 the producer never learns whether a sequence
             # was written, and with acks=1 a leader change can lose an acknowledged batch.
@@ -88,6 +103,26 @@ class ProducerConfig:
         if self.linger_ms < 0 or self.delivery_timeout_ms <= 0 or self.request_timeout_ms <= 0:
             raise ValueError("linger.ms must be >= 0 and the timeouts positive")
 
+    def _check_transactional(self) -> None:
+        # Kafka's ConfigExceptions: a transaction's records are written exactly once only by an
+        # idempotent producer, and idempotence needs acks=all.
+        if not self.transactional_id:
+            raise ValueError("transactional.id must not be empty (leave it unset instead)")
+        if self.enable_idempotence is False:
+            raise ValueError(
+                "a transactional producer is idempotent: transactional.id "
+                f"{self.transactional_id!r} cannot be set with enable.idempotence=false"
+            )
+        if self.acks != ACKS_ALL:
+            raise ValueError(
+                f"a transactional producer needs acks=all (-1), got acks={self.acks} with "
+                f"transactional.id {self.transactional_id!r}"
+            )
+        if self.transaction_timeout_ms <= 0:
+            raise ValueError(
+                f"transaction.timeout.ms must be positive, got {self.transaction_timeout_ms}"
+            )
+
     @classmethod
     def from_properties(cls, props: Mapping[str, Any]) -> Self:
         values = dict(props)
@@ -97,13 +132,23 @@ class ProducerConfig:
 
     @property
     def idempotent(self) -> bool:
-        """Whether the producer is idempotent: `enable_idempotence` as given, else acks=all."""
+        """Whether the producer is idempotent: `enable_idempotence` as given, else acks=all
+        (always, for a transactional producer)."""
+        if self.transactional_id is not None:
+            return True
         if self.enable_idempotence is None:
             return self.acks == ACKS_ALL
         return self.enable_idempotence
 
+    @property
+    def transactional(self) -> bool:
+        return self.transactional_id is not None
+
 
 OFFSET_RESET_POLICIES = ("earliest", "latest", "none")
+READ_UNCOMMITTED = "read_uncommitted"
+READ_COMMITTED = "read_committed"
+ISOLATION_LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,12 +162,17 @@ class ConsumerConfig:
     retry_backoff_ms: int = 100
     # -1 for a consumer; a broker's replica fetcher passes its own broker id.
     replica_id: int = -1
+    isolation_level: str = READ_UNCOMMITTED
 
     def __post_init__(self) -> None:
         if self.auto_offset_reset not in OFFSET_RESET_POLICIES:
             raise ValueError(
                 f"auto.offset.reset must be one of {OFFSET_RESET_POLICIES}, "
                 f"got {self.auto_offset_reset!r}"
+            )
+        if self.isolation_level not in ISOLATION_LEVELS:
+            raise ValueError(
+                f"isolation.level must be one of {ISOLATION_LEVELS}, got {self.isolation_level!r}"
             )
         if self.fetch_max_wait_ms < 0 or self.fetch_min_bytes < 0:
             raise ValueError("fetch.max.wait.ms and fetch.min.bytes must be >= 0")
@@ -135,3 +185,7 @@ class ConsumerConfig:
     @classmethod
     def from_properties(cls, props: Mapping[str, Any]) -> Self:
         return config_from_properties(cls, props, strict=True)
+
+    @property
+    def read_committed(self) -> bool:
+        return self.isolation_level == READ_COMMITTED

@@ -24,6 +24,14 @@ records below the position are skipped, control batches too, and the position mo
 complete batch (its docstring says how a batch cut short is handled). Offset lookups and resets
 are ListOffsets requests (`client.list_offsets`).
 
+Isolation (isolation.level). read_uncommitted fetches up to the high watermark and returns every
+record. read_committed fetches with isolation level 1, so the broker stops at the last stable
+offset (the first offset of the oldest open transaction), and drops the records of aborted
+transactions the answer names (`decode_fetched`'s docstring has the rule); control batches are
+never returned. Offset lookups and resets still ask for the high watermark (client/list_offsets.py
+sends isolation level 0), so "latest" may start a read_committed consumer inside an open
+transaction; its records then arrive once it commits, or not at all if it aborts.
+
 Errors per partition: NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, FENCED_LEADER_EPOCH
 and the like refresh metadata and try again at the next leader; OFFSET_OUT_OF_RANGE resets the
 position; any other retriable error is retried after retry.backoff.ms; a non-retriable one is
@@ -64,6 +72,8 @@ from wire.topic import TopicPartition
 
 _log = logging.getLogger(__name__)
 
+FETCH_READ_COMMITTED = 1  # Fetch's isolation_level: up to the last stable offset
+
 
 class NoOffsetForPartitionError(ClientError):
     """A partition has no position and auto.offset.reset is "none"."""
@@ -83,6 +93,7 @@ class _PartitionState:
     position: int | None = None
     reset_to: int | None = None  # EARLIEST_TIMESTAMP / LATEST_TIMESTAMP while a reset is due
     high_watermark: int = -1
+    last_stable_offset: int = -1
     log_start_offset: int = -1
 
 
@@ -182,6 +193,10 @@ class Consumer:
     def high_watermark(self, tp: TopicPartition | tuple[str, int]) -> int:
         """The high watermark of the last fetch answer for `tp` (-1 before any)."""
         return self._state(_as_tp(tp)).high_watermark
+
+    def last_stable_offset(self, tp: TopicPartition | tuple[str, int]) -> int:
+        """The last stable offset of the last fetch answer for `tp` (-1 before any)."""
+        return self._state(_as_tp(tp)).last_stable_offset
 
     # ---------------------------------------------------------------------------------------
     # Offset lookups
@@ -335,6 +350,7 @@ class Consumer:
             max_wait_ms=self.config.fetch_max_wait_ms,
             min_bytes=self.config.fetch_min_bytes,
             max_bytes=self.config.fetch_max_bytes,
+            isolation_level=FETCH_READ_COMMITTED if self.config.read_committed else 0,
             topics=[FetchTopic(topic=t, partitions=p) for t, p in topics.items()],
         )
         timeout_ms = self.config.request_timeout_ms + self.config.fetch_max_wait_ms
@@ -402,10 +418,19 @@ class Consumer:
         code = ErrorCode.from_code(part.error_code)
         if code is ErrorCode.NONE:
             state.high_watermark = part.high_watermark
+            state.last_stable_offset = part.last_stable_offset
             state.log_start_offset = part.log_start_offset
             assert state.position is not None
+            aborted = None
+            if self.config.read_committed:
+                # A read_committed answer names its aborted transactions (none: an empty list).
+                aborted = part.aborted_transactions or []
             records, state.position = decode_fetched(
-                tp, state.position, part.records, limit=self.config.max_partition_fetch_bytes
+                tp,
+                state.position,
+                part.records,
+                limit=self.config.max_partition_fetch_bytes,
+                aborted_transactions=aborted,
             )
             return records
         if code is ErrorCode.OFFSET_OUT_OF_RANGE:

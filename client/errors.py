@@ -88,3 +88,27 @@ def invalidates_metadata(exc: BaseException) -> bool:
     if isinstance(exc, KafkaError):
         return exc.code in _METADATA_CODES
     return isinstance(exc, _RETRIABLE_CLIENT_ERRORS)
+
+
+# -- transactions (client/transactions.py) ---------------------------------------------------------
+
+
+class ProducerFencedError(KafkaError):
+    """A newer instance of the producer (the same transactional id, or the same producer id under
+    a newer epoch) exists: PRODUCER_FENCED or INVALID_PRODUCER_EPOCH. Fatal, as Kafka's
+    ProducerFencedException: the producer fails every later call with it and must be closed."""
+
+
+class TransactionStateError(ClientError):
+    """A transactional call in a state that does not allow it (Kafka's IllegalStateException):
+    `begin_transaction()` twice, `commit_transaction()` without a transaction, a `send()`
+    outside one, a second call while one is still running. The producer's state is unchanged."""
+
+
+class TransactionAbortableError(ClientError):
+    """The open transaction can no longer commit (a record or a transactional request failed;
+    the cause is chained): `abort_transaction()` works, and the producer can then begin another."""
+
+
+class TransactionAbortedError(ClientError):
+    """The record was never sent: its transaction was aborted (or became abortable) first."""

@@ -34,10 +34,13 @@ path), since the next batch's sequence would leave a gap; a batch whose outcome 
 timed out) does not: if it was written the sequence is right, and if not the next batch's
 OUT_OF_ORDER_SEQUENCE_NUMBER triggers the bump.
 
-Fencing. INVALID_PRODUCER_EPOCH or PRODUCER_FENCED is fatal: `fatal_error` is set, and the
-producer fails every queued record and every later `send()` with it. Batches already in flight
-to other brokers settle by their own answers (one that was written succeeds, as in Kafka, where
-only undrained batches are aborted); an error answer then fails them with `fatal_error`.
+Fencing. INVALID_PRODUCER_EPOCH or PRODUCER_FENCED is fatal: `fatal_error` is set (a
+`ProducerFencedError`), and the producer fails every queued record and every later `send()` with
+it. Batches already in flight to other brokers settle by their own answers (one that was written
+succeeds, as in Kafka, where only undrained batches are aborted); an error answer then fails them
+with `fatal_error`. A transactional producer (client/transactions.py) gets its id and epoch from
+its transaction coordinator instead, and sets `fatal_error` through `fail()` on its own fatal
+errors; it does not use the epoch bump above (its bump comes with an abort).
 
 Owned by one producer and touched only from its event loop (the producer's sender and
 `send()`, and the manager's own InitProducerId task, each between awaits): no locks. The only
@@ -56,7 +59,7 @@ from typing import Final
 
 from client.accumulator import ProducerBatch
 from client.client import Client
-from client.errors import DeliveryTimeoutError
+from client.errors import DeliveryTimeoutError, ProducerFencedError
 from runtime.net.backoff import ExponentialBackoff
 from wire.errors import ErrorCode, KafkaError
 from wire.messages import (
@@ -273,12 +276,17 @@ class IdempotenceManager:
         if self.fatal_error is None:
             current = self.producer_id_and_epoch
             _log.warning("producer %s fenced: %s", current, error)
-            self.fatal_error = KafkaError(
+            self.fatal_error = ProducerFencedError(
                 error.code,
                 f"producer id {current.producer_id} epoch {current.epoch} is fenced; "
                 "the producer cannot send any more",
             )
             self.fatal_error.__cause__ = error
+
+    def fail(self, error: Exception) -> None:
+        """A fatal error found elsewhere (the transaction manager's): nothing more is sent."""
+        if self.fatal_error is None:
+            self.fatal_error = error
 
     # -- sequences ----------------------------------------------------------------------------
 

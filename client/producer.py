@@ -34,12 +34,23 @@ UNKNOWN_PRODUCER_ID bump the epoch and restart the partition at sequence 0; INVA
 or PRODUCER_FENCED fail every pending and later record. The bookkeeping is in idempotence.py.
 A non-idempotent producer sends producer id -1 and no sequences, as before.
 
+Transactions (transactional.id set; the state machine and the coordinator requests are in
+transactions.py). `init_transactions()` gets the id and epoch from the transaction coordinator;
+between `begin_transaction()` and `commit_transaction()` / `abort_transaction()` records go into
+the transaction: a partition's batches are drained only after AddPartitionsToTxn added it, and
+carry the transactional attribute. A record that fails makes the transaction abortable; while it
+is abortable or being aborted, batches never sent are failed with `TransactionAbortedError` and
+only batches already sent (holding sequences) are sent again. `send()` outside a transaction
+raises (`TransactionStateError`, or the abortable or fatal error), rather than failing the
+future. `close()` aborts an open transaction first, as Kafka's producer does.
+
 Shutdown. `close()` sends everything queued (bounded by the delivery timeout, or `timeout_ms`),
 fails what is left with `ClientClosedError`, and ends the sender task.
 
-Size. The module is somewhat over the ~500-line guide: the sender's batch lifecycle (drain,
-encode, produce, settle, retry, expire) is one state machine and reads best in one place; the
-idempotent producer's own state lives in idempotence.py.
+Size. The module is over the ~500-line guide: the sender's batch lifecycle (drain, encode,
+produce, settle, retry, expire) is one state machine and reads best in one place; the idempotent
+producer's own state lives in idempotence.py, the transactional producer's in transactions.py,
+and only their hooks into that lifecycle are here.
 """
 
 from __future__ import annotations
@@ -48,7 +59,7 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from client.accumulator import (
     Headers,
@@ -63,11 +74,13 @@ from client.config import ACKS_ALL, ProducerConfig
 from client.errors import (
     ClientClosedError,
     DeliveryTimeoutError,
+    TransactionStateError,
     invalidates_metadata,
     is_retriable,
 )
 from client.idempotence import FENCING_ERRORS, SEQUENCE_ERRORS, IdempotenceManager
 from client.partitioner import DefaultPartitioner
+from client.transactions import TransactionManager
 from runtime.clock import NS_PER_MS
 from runtime.net.backoff import ExponentialBackoff
 from wire.batch_builder import build_batch
@@ -122,6 +135,17 @@ class Producer:
                 rng=self._rng,
                 wakeup=self._wakeup.set,
             )
+        self._transactions: TransactionManager | None = None
+        if self.config.transactional:
+            assert self._idempotence is not None, "ProducerConfig makes it idempotent"
+            self._transactions = TransactionManager(
+                client,
+                self._idempotence,
+                config=self.config,
+                retry_backoff=self._retry_backoff,
+                rng=self._rng,
+                wakeup=self._wakeup.set,
+            )
         # Insertion-ordered (dicts as sets): the order they are closed or woken in is part of a
         # run, and a seeded simulation must replay it (a set of objects orders them by address).
         self._in_flight: dict[ProducerBatch, None] = {}
@@ -148,7 +172,8 @@ class Producer:
 
         Raises (rather than failing the future) when the record can never be sent: the
         producer is closed, the record exceeds max.request.size, the partition does not exist,
-        or the topic's metadata is not available within max.block.ms.
+        or the topic's metadata is not available within max.block.ms; for a transactional
+        producer also outside a transaction (see the module docstring).
         """
         if self._closing:
             raise ClientClosedError("the producer is closed")
@@ -170,6 +195,9 @@ class Producer:
             )
         if self._closing:  # closed while waiting for metadata
             raise ClientClosedError("the producer is closed")
+        tp = TopicPartition(topic, partition)
+        if self._transactions is not None:
+            self._transactions.maybe_add_partition(tp)
         stamp = self._clock.wall_ms() if timestamp_ms is None else timestamp_ms
         future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
         if self._idempotence is not None and self._idempotence.fatal_error is not None:
@@ -177,7 +205,7 @@ class Producer:
             future.set_exception(self._idempotence.fatal_error)
             return future
         record = PendingRecord(key, value, stamp, record_headers, future)
-        self._accumulator.append(TopicPartition(topic, partition), record, self._now_ms())
+        self._accumulator.append(tp, record, self._now_ms())
         self._ensure_sender()
         self._wakeup.set()
         return future
@@ -213,14 +241,70 @@ class Producer:
         finally:
             self._accumulator.end_flush()
 
+    # ---------------------------------------------------------------------------------------
+    # Transactions (transactions.py has the states and the requests)
+
+    @property
+    def transactions(self) -> TransactionManager | None:
+        """The transaction manager of a transactional producer (its `state`, for instance)."""
+        return self._transactions
+
+    def _require_transactions(self, call: str) -> TransactionManager:
+        if self._transactions is None:
+            raise TransactionStateError(f"{call}() needs a transactional.id")
+        if self._closing:
+            raise ClientClosedError("the producer is closed")
+        return self._transactions
+
+    async def init_transactions(self) -> None:
+        """Get the producer id and epoch of the transactional id (fencing older instances of
+        it and aborting their open transaction); once, before the first transaction."""
+        await self._require_transactions("init_transactions").init_transactions()
+
+    def begin_transaction(self) -> None:
+        self._require_transactions("begin_transaction").begin_transaction()
+
+    async def send_offsets_to_transaction(
+        self, offsets: Mapping[TopicPartition, int], group_id: str
+    ) -> None:
+        """Commit `group_id`'s offsets (the next offset to consume, per partition) as part of
+        the transaction: visible once it commits, dropped if it aborts."""
+        transactions = self._require_transactions("send_offsets_to_transaction")
+        await transactions.send_offsets_to_transaction(offsets, group_id)
+
+    async def commit_transaction(self) -> None:
+        """Send every record of the transaction, then commit it. Raises
+        `TransactionAbortableError` if a record failed (abort, then begin again),
+        `ProducerFencedError` if a newer instance took over."""
+        await self._require_transactions("commit_transaction").commit_transaction(self.flush)
+
+    async def abort_transaction(self) -> None:
+        """Drop the records not sent yet, wait for those sent, and abort the transaction."""
+        transactions = self._require_transactions("abort_transaction")
+        await transactions.abort_transaction(self._settle_all)
+
+    async def _settle_all(self) -> None:
+        """Wait until every record is acknowledged or failed (a record exists only once the
+        sender does)."""
+        self._wakeup.set()
+        futures = self._pending_futures()
+        if futures:
+            await asyncio.wait(futures)
+
     async def close(self, *, timeout_ms: float | None = None) -> None:
-        """Send what is queued (up to `timeout_ms`, default the delivery timeout), then stop.
+        """Abort an open transaction (within the delivery timeout), send what is queued (up to
+        `timeout_ms`, default the delivery timeout), then stop.
 
         Records still pending afterwards fail with `ClientClosedError`. Closes the client too
         when the producer owns it.
         """
         if self._closed:
             return
+        if self._transactions is not None and self._transactions.has_open_transaction:
+            try:
+                await self._transactions.abort_transaction(self._settle_all)
+            except Exception as exc:  # closing goes on: the coordinator times it out
+                _log.warning("aborting the open transaction on close failed: %s", exc)
         self._closing = True
         self._accumulator.close()
         self._wakeup.set()
@@ -264,12 +348,7 @@ class Producer:
             if self._idempotence is not None and not self._idempotence.can_send():
                 next_ms = self._wait_for_producer_id(self._idempotence, now_ms)
             else:
-                ready, next_ms = self._accumulator.ready(now_ms)
-                waiting_for_leader = self._dispatch(ready)
-                if waiting_for_leader:
-                    # Re-check after the metadata refresh (which wakes us) or after a backoff.
-                    retry_ms = now_ms + self.config.retry_backoff_ms
-                    next_ms = retry_ms if next_ms is None else min(next_ms, retry_ms)
+                next_ms = self._send_ready(now_ms)
             expiry_ms = self._accumulator.next_expiry_ms()
             if expiry_ms is not None:
                 next_ms = expiry_ms if next_ms is None else min(next_ms, expiry_ms)
@@ -286,21 +365,65 @@ class Producer:
             if alarm is not None:
                 alarm.cancel()
 
+    def _send_ready(self, now_ms: int) -> int | None:
+        """Dispatch the ready partitions (those a transaction allows); returns when to look
+        again (None: when woken)."""
+        transactions = self._transactions
+        sent_only = False
+        if transactions is not None:
+            if transactions.aborting_batches:
+                self._abort_unsent(transactions.abort_error())
+                sent_only = True
+            else:
+                transactions.poll_add_partitions()
+        ready, next_ms = self._accumulator.ready(now_ms)
+        if transactions is not None:
+            ready = [tp for tp in ready if self._may_send(transactions, tp, sent_only=sent_only)]
+        if self._dispatch(ready):
+            # Re-check after the metadata refresh (which wakes us) or after a backoff.
+            retry_ms = now_ms + self.config.retry_backoff_ms
+            next_ms = retry_ms if next_ms is None else min(next_ms, retry_ms)
+        return next_ms
+
+    def _may_send(
+        self, transactions: TransactionManager, tp: TopicPartition, *, sent_only: bool
+    ) -> bool:
+        if sent_only:
+            # A batch that was sent before holds sequences the broker may have written.
+            queued = self._accumulator.queued_batches(tp)
+            return bool(queued) and queued[0].has_sequence
+        return transactions.is_partition_added(tp)
+
+    def _abort_unsent(self, error: Exception) -> None:
+        """Fail every queued batch that was never sent (it holds no sequence yet); a retried
+        one at a partition's head, or one in flight, keeps the rest of its partition queued."""
+        for tp in self._accumulator.partitions_with_data():
+            while True:
+                queued = self._accumulator.queued_batches(tp)
+                if not queued or queued[0].has_sequence:
+                    break
+                drained = self._accumulator.drain([tp])
+                if not drained:
+                    break  # muted: a batch is in flight
+                (batch,) = drained
+                batch.fail(error)
+                self._accumulator.unmute(tp)
+
     def _expire(self, now_ms: int) -> None:
         idempotence = self._idempotence
         for batch in self._accumulator.expire(now_ms):
-            if idempotence is not None:
+            error: Exception = DeliveryTimeoutError(
+                f"{len(batch.records)} record(s) for {batch.tp} not acknowledged within "
+                f"delivery.timeout.ms={self.config.delivery_timeout_ms}"
+            )
+            if self._transactions is not None:
+                self._transactions.batch_failed(batch.has_sequence, error)
+            elif idempotence is not None:
                 idempotence.batch_failed(batch, rejected=False)
                 if not idempotence.producer_id_and_epoch.is_valid:
                     delivery_timeout_ms = self.config.delivery_timeout_ms
-                    batch.fail(idempotence.no_producer_id_error(batch, delivery_timeout_ms))
-                    continue
-            batch.fail(
-                DeliveryTimeoutError(
-                    f"{len(batch.records)} record(s) for {batch.tp} not acknowledged within "
-                    f"delivery.timeout.ms={self.config.delivery_timeout_ms}"
-                )
-            )
+                    error = idempotence.no_producer_id_error(batch, delivery_timeout_ms)
+            batch.fail(error)
 
     def _wait_for_producer_id(self, idempotence: IdempotenceManager, now_ms: int) -> int | None:
         """No batch may be drained yet: fail everything after a fatal error, else let the
@@ -308,6 +431,8 @@ class Producer:
         if idempotence.fatal_error is not None:
             self._accumulator.abort_all(idempotence.fatal_error)
             return None
+        if self._transactions is not None:
+            return None  # its transaction manager gets ids (init_transactions, aborts)
         return idempotence.poll_producer_id(now_ms) if self._accumulator.has_pending() else None
 
     def _dispatch(self, ready: Sequence[TopicPartition]) -> bool:
@@ -384,6 +509,7 @@ class Producer:
                 producer_id=batch.producer_id,
                 producer_epoch=batch.producer_epoch,
                 base_sequence=batch.base_sequence,
+                is_transactional=self._transactions is not None,
             )
         return batch.encoded
 
@@ -393,6 +519,7 @@ class Producer:
             data = PartitionProduceData(index=batch.tp.partition, records=self._encode(batch))
             by_topic.setdefault(batch.tp.topic, []).append(data)
         request = ProduceRequest(
+            transactional_id=self.config.transactional_id,
             acks=self.config.acks,
             timeout_ms=self.config.request_timeout_ms,
             topic_data=[TopicProduceData(name=t, partition_data=p) for t, p in by_topic.items()],
@@ -458,7 +585,9 @@ class Producer:
             _log.debug("retrying %s after %s (attempt %d)", batch.tp, error, batch.attempts)
             self._accumulator.reenqueue(batch, now_ms + round(delay_ms))
             return
-        if self._idempotence is not None:
+        if self._transactions is not None:
+            self._transactions.batch_failed(batch.has_sequence, error)
+        elif self._idempotence is not None:
             rejected = isinstance(error, KafkaError) and not error.retriable
             self._idempotence.batch_failed(batch, rejected=rejected)
         if is_retriable(error):
@@ -477,13 +606,18 @@ class Producer:
         assert idempotence is not None
         code = error.code if isinstance(error, KafkaError) else None
         if isinstance(error, KafkaError) and code in FENCING_ERRORS:
-            idempotence.fence(error)
+            if self._transactions is not None:
+                self._transactions.fence(error)
+            else:
+                idempotence.fence(error)
             self._wakeup.set()  # the sender fails what is queued
         if idempotence.fatal_error is not None:
             batch.fail(idempotence.fatal_error)
             self._accumulator.unmute(batch.tp)
             return True
-        if code not in SEQUENCE_ERRORS:
+        if code not in SEQUENCE_ERRORS or self._transactions is not None:
+            # In a transaction a sequence error fails the batch, making the transaction
+            # abortable; its abort bumps the epoch (transactions.py).
             return False
         now_ms = self._now_ms()
         delay_ms = self._retry_backoff.delay_ms(batch.attempts - 1, self._rng)
@@ -547,3 +681,5 @@ class Producer:
         self._requests.clear()
         if self._idempotence is not None:
             await self._idempotence.close()
+        if self._transactions is not None:
+            await self._transactions.close()
