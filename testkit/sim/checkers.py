@@ -441,6 +441,42 @@ def committed_offsets_kept(history: History) -> list[Violation]:
     return violations
 
 
+def transactions_all_or_nothing(history: History) -> list[Violation]:
+    """Exactly-once through transactions, as a read_committed consumer sees it at the end: a
+    transaction whose commit was acknowledged is visible whole, one whose abort was is not
+    visible at all, one whose outcome the producer never learned is one or the other, never a
+    part; and no transactional value is visible twice."""
+    name = "transactions_all_or_nothing"
+    visible: Counter[bytes] = Counter(
+        value
+        for tp, reads in history.committed_reads.items()
+        if tp.topic not in history.deleted_topics
+        for _, value in reads
+        if value is not None
+    )
+    violations: list[Violation] = []
+    for txn in history.transactions:
+        seen = [value for value in txn.values if visible[value]]
+        whole, none = len(seen) == len(txn.values), not seen
+        wrong = (
+            (txn.outcome == "committed" and not whole)
+            or (txn.outcome == "aborted" and not none)
+            or (txn.outcome == "unknown" and not (whole or none))
+        )
+        if wrong:
+            message = (
+                f"{txn.producer}'s {txn.outcome} transaction of {len(txn.values)} records: "
+                f"{len(seen)} visible to read_committed ({_show(txn.values[0])}...)"
+            )
+            violations.append(Violation(name, message, txn.at_ns))
+    transactional = {value for txn in history.transactions for value in txn.values}
+    for value, count in sorted(visible.items()):
+        if count > 1 and value in transactional:
+            message = f"{_show(value)} visible {count} times to read_committed"
+            violations.append(Violation(name, message, None))
+    return violations
+
+
 ALL_CHECKERS: Final[dict[str, Checker]] = {
     checker.__name__: checker
     for checker in (
@@ -454,6 +490,7 @@ ALL_CHECKERS: Final[dict[str, Checker]] = {
         isr_never_empty,
         controller_epochs_monotonic,
         committed_offsets_kept,
+        transactions_all_or_nothing,
     )
 }
 

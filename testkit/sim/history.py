@@ -154,6 +154,18 @@ class OffsetCommitted:
     at_ns: int
 
 
+@dataclass(frozen=True, slots=True)
+class TransactionOutcome:
+    """A transaction's values and what its producer was told: "committed" (EndTxn commit
+    answered), "aborted" (abort answered) or "unknown" (the producer failed or was fenced
+    before an answer: the transaction may have been either)."""
+
+    producer: str
+    values: tuple[bytes, ...]
+    outcome: str
+    at_ns: int
+
+
 @dataclass(slots=True)
 class History:
     """Everything one run recorded; the recorder appends, the checkers read."""
@@ -176,6 +188,13 @@ class History:
     # Offset commits sent and acknowledged, and each group's committed offsets read at the end.
     offset_commits: list[OffsetCommitted] = field(default_factory=list)
     final_offsets: dict[tuple[str, TopicPartition], int] = field(default_factory=dict)
+    # Transactions ended (or given up), and what a read_committed consumer read at the end of
+    # each partition they wrote (offset, value), kept apart from `consumer_events`: its skips
+    # over aborted records are not the gaps `reads_match_the_log` allows.
+    transactions: list[TransactionOutcome] = field(default_factory=list)
+    committed_reads: dict[TopicPartition, list[tuple[int, bytes | None]]] = field(
+        default_factory=dict
+    )
     min_insync_replicas: dict[str, int] = field(default_factory=dict)
 
     # -- appended by the recorder ---------------------------------------------------------------
@@ -221,6 +240,13 @@ class History:
 
     def set_final_offset(self, group: str, tp: TopicPartition, offset: int) -> None:
         self.final_offsets[(group, tp)] = offset
+
+    def append_transaction(self, outcome: TransactionOutcome) -> None:
+        assert outcome.outcome in ("committed", "aborted", "unknown"), outcome
+        self.transactions.append(outcome)
+
+    def append_committed_read(self, tp: TopicPartition, offset: int, value: bytes | None) -> None:
+        self.committed_reads.setdefault(tp, []).append((offset, value))
 
     def set_min_insync_replicas(self, topic: str, value: int) -> None:
         self.min_insync_replicas[topic] = value
@@ -278,5 +304,6 @@ class History:
             "controller_epochs": len(self.controller_epochs),
             "topic_deletions": len(self.topic_deletions),
             "offset_commits": sum(1 for commit in self.offset_commits if commit.acknowledged),
+            "transactions": len(self.transactions),
             "final_replicas": sum(len(replicas) for replicas in self.final.values()),
         }

@@ -47,6 +47,7 @@ from typing import Final
 from client.client import Client
 from client.config import ConsumerConfig
 from client.consumer import Consumer
+from client.fetched_records import ConsumerRecord
 from runtime.clock import NS_PER_MS
 from runtime.net.memory import LinkConfig, MemoryNetwork
 from runtime.net.transport import Address
@@ -62,6 +63,7 @@ from testkit.sim.workload import (
     OffsetCommitter,
     ProducerWorker,
     TopicChurn,
+    TransactionalWorker,
     read_group_offsets,
 )
 from wire.messages import DeleteTopicsRequest
@@ -84,6 +86,9 @@ PROPERTIES: Final[dict[str, object]] = {
     # Few coordinator partitions: each is a shard to load on every leadership move.
     "offsets.topic.num.partitions": 3,
     "transaction.state.log.num.partitions": 3,
+    # An abandoned transaction (transaction.timeout.ms 5 s here) is aborted within a second of
+    # timing out, not Kafka's 10 s.
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": 1_000,
 }
 GROUP: Final = "sim-group"
 ACKS_ALL: Final = -1
@@ -96,6 +101,7 @@ class Settings:
     liveness_ms: int = 10_000  # the bound on each liveness step after healing
     producer_interval_ms: int = 40
     topics: tuple[tuple[str, int], ...] = (("sim-a", 2),)
+    transactional_topic: tuple[str, int] | None = ("sim-txn", 2)
     churn: bool = True
     kinds: tuple[str, ...] = KINDS
 
@@ -215,7 +221,9 @@ class _Run:
         self.history = History(seed=seed)
         self.incarnations: Counter[int] = Counter()
         self.partitions: list[TopicPartition] = []
-        self.workers: list[ProducerWorker | ConsumerWorker | OffsetCommitter | TopicChurn] = []
+        self.workers: list[
+            ProducerWorker | ConsumerWorker | OffsetCommitter | TransactionalWorker | TopicChurn
+        ] = []
         self.violations: list[Violation] = []
 
     @property
@@ -230,7 +238,10 @@ class _Run:
         injector = self._injector()
         broken = False
         try:
-            for topic, count in self.settings.topics:
+            topics = list(self.settings.topics)
+            if self.settings.transactional_topic is not None:
+                topics.append(self.settings.transactional_topic)
+            for topic, count in topics:
                 self.partitions += await cluster.create_topic(topic, count, 3)
                 self.history.set_min_insync_replicas(topic, 2)
             self._start_workload()
@@ -239,6 +250,9 @@ class _Run:
             await self._liveness()
             for worker in self.workers:
                 await worker.stop()
+            await self._within(
+                self._transactions_ended, self.settings.liveness_ms, "every transaction ended"
+            )
             await self._read_back()
             await self._read_group_offsets()
             self._collect_final()
@@ -300,7 +314,7 @@ class _Run:
             bootstrap=self.bootstrap,
             clock=self.clock,
             history=self.history,
-            partitions=self.partitions,
+            partitions=[tp for tp in self.partitions if tp.topic != self._txn_topic()],
         )
         self.workers = [
             self._producer("p-idempotent", topic, count, ACKS_ALL, True),
@@ -319,6 +333,22 @@ class _Run:
                 interval_ms=300,
             ),
         ]
+        if self.settings.transactional_topic is not None:
+            txn_topic, txn_partitions = self.settings.transactional_topic
+            self.workers.append(
+                TransactionalWorker(
+                    "transactions",
+                    transport=self.network.transport("transactions"),
+                    bootstrap=self.bootstrap,
+                    clock=self.clock,
+                    history=self.history,
+                    topic=txn_topic,
+                    partitions=txn_partitions,
+                    batch=4,
+                    interval_ms=100,
+                    rng=random.Random(f"transactions-{self.seed}"),
+                )
+            )
         if self.settings.churn:
             self.workers.append(
                 TopicChurn(
@@ -348,7 +378,8 @@ class _Run:
     # -- faults -------------------------------------------------------------------------------
 
     def _clients(self) -> list[str]:
-        return ["p-idempotent", "p-all", "p-one", "p-zero", "consumer", "committer"]
+        clients = ["p-idempotent", "p-all", "p-one", "p-zero", "consumer", "committer"]
+        return clients + (["transactions"] if self.settings.transactional_topic else [])
 
     def _injector(self) -> FaultInjector:
         return FaultInjector(
@@ -432,6 +463,14 @@ class _Run:
                 return False
         return True
 
+    def _transactions_ended(self) -> bool:
+        """No open transaction on the transactional topic: its LSO is its HW (an abandoned one
+        ends when its transaction.timeout.ms runs out and the coordinator aborts it)."""
+        for tp in self._live():
+            if tp.topic == self._txn_topic() and self._leader_lso(tp) != self._leader_hw(tp):
+                return False
+        return True
+
     def _caught_up(self) -> bool:
         for tp in self._live():
             record = self.cluster.record(tp)
@@ -466,36 +505,66 @@ class _Run:
     # -- the final state ----------------------------------------------------------------------
 
     async def _read_back(self) -> None:
-        """A fresh consumer reads every live partition from the start to its high watermark."""
+        """A fresh consumer reads every live partition from the start to its high watermark,
+        and a read_committed one the transactional topic to its last stable offset."""
+        ends = {tp: self._leader_hw(tp) for tp in self._live()}
+        for record in await self._read_to("reader", ends, "read_uncommitted"):
+            tp = TopicPartition(record.topic, record.partition)
+            self.history.append_read(
+                Read("reader", tp, record.offset, record.value, self.clock.monotonic_ns())
+            )
+        topic = self._txn_topic()
+        if topic is None:
+            return
+        ends = {tp: self._leader_lso(tp) for tp in self._live() if tp.topic == topic}
+        for record in await self._read_to("committed-reader", ends, "read_committed"):
+            tp = TopicPartition(record.topic, record.partition)
+            self.history.append_committed_read(tp, record.offset, record.value)
+
+    async def _read_to(
+        self, name: str, ends: dict[TopicPartition, int], isolation_level: str
+    ) -> list[ConsumerRecord]:
+        """Every record of `ends`' partitions from the start until the consumer's position
+        reaches each end (bounded: each poll brings records or times out)."""
         consumer = Consumer(
             Client(
                 self.bootstrap,
-                transport=self.network.transport("reader"),
+                transport=self.network.transport(name),
                 clock=self.clock,
                 config=CLIENT_CONFIG,
-                client_id="reader",
+                client_id=name,
             ),
             config=ConsumerConfig(
-                fetch_max_wait_ms=50, auto_offset_reset="earliest", request_timeout_ms=1_000
+                fetch_max_wait_ms=50,
+                auto_offset_reset="earliest",
+                request_timeout_ms=1_000,
+                isolation_level=isolation_level,
             ),
             owns_client=True,
         )
-        ends = {tp: self._leader_hw(tp) for tp in self._live()}
         consumer.assign(list(ends))
-        positions = dict.fromkeys(ends, 0)
+        records: list[ConsumerRecord] = []
         try:
-            for _ in range(500):  # bounded; each poll brings records or times out
+            for _ in range(500):
+                # The position, not the last record: markers and aborted records at the end of
+                # a partition are passed over without being returned.
+                positions = {tp: await consumer.position(tp) for tp in ends}
                 if all(positions[tp] >= end for tp, end in ends.items()):
                     break
-                for record in await consumer.poll(timeout_ms=100):
-                    tp = TopicPartition(record.topic, record.partition)
-                    positions[tp] = record.offset + 1
-                    self.history.append_read(
-                        Read("reader", tp, record.offset, record.value, self.clock.monotonic_ns())
-                    )
+                records += await consumer.poll(timeout_ms=100)
         finally:
             with contextlib.suppress(Exception):
                 await consumer.close()
+        return records
+
+    def _txn_topic(self) -> str | None:
+        txn = self.settings.transactional_topic
+        return None if txn is None else txn[0]
+
+    def _leader_lso(self, tp: TopicPartition) -> int:
+        actor = self.cluster.leader(tp).replica_manager.partition(tp)
+        assert actor is not None, tp
+        return actor.view.last_stable_offset
 
     async def _read_group_offsets(self) -> None:
         client = Client(

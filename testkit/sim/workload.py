@@ -18,6 +18,12 @@ goes into the run's `History` (history.py), which the checkers read:
   generation -1), the consumer worker's positions every `interval_ms`, at the coordinator
   FindCoordinator names; records each commit sent and each one acknowledged. At the end the
   group's offsets are read back (`read_group_offsets`) for the checker.
+* `TransactionalWorker`: a transactional producer (ketch's client, client/transactions.py)
+  writing `batch` records per transaction across the partitions of its topic, and aborting
+  about one transaction in five on purpose; each ended transaction is recorded with what the
+  producer was told (committed, aborted, or unknown when it failed before an answer). A
+  fenced or failed producer is replaced by a new instance with the same transactional id, as
+  an application restarts: its InitProducerId ends what the old one left open.
 * `TopicChurn`: creates a topic, produces a few records with acks=all, deletes it, again
   under a new name each round (names are never reused), while the faults run; a deleted topic
   is exempt from the final-log checks.
@@ -31,17 +37,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 
 from client.client import Client
 from client.config import ClientConfig, ConsumerConfig, ProducerConfig
 from client.consumer import Consumer
-from client.errors import ClientError
+from client.errors import (
+    ClientError,
+    ProducerFencedError,
+    TransactionAbortableError,
+)
 from client.producer import Producer
 from runtime.clock import Clock
 from runtime.net.transport import Address, Transport
-from testkit.sim.history import Ack, History, OffsetCommitted, Read, TopicDeleted
+from testkit.sim.history import (
+    Ack,
+    History,
+    OffsetCommitted,
+    Read,
+    TopicDeleted,
+    TransactionOutcome,
+)
 from wire.errors import ErrorCode, KafkaError
 from wire.messages import (
     FindCoordinatorRequest,
@@ -327,6 +345,111 @@ async def read_group_offsets(
                 }
         await clock.sleep(0.05)
     return None
+
+
+class TransactionalWorker(_Worker):
+    """Transactions, some aborted on purpose (module docstring)."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        transport: Transport,
+        bootstrap: Sequence[Address],
+        clock: Clock,
+        history: History,
+        topic: str,
+        partitions: int,
+        batch: int,
+        interval_ms: int,
+        rng: random.Random,
+    ) -> None:
+        super().__init__(name, clock, history)
+        self.transport = transport
+        self.bootstrap = list(bootstrap)
+        self.topic = topic
+        self.partitions = partitions
+        self.batch = batch
+        self.interval_ms = interval_ms
+        self.rng = rng
+        self.sent = 0
+        self.instances = 0
+        self.producer: Producer | None = None
+
+    def _new_producer(self) -> Producer:
+        self.instances += 1
+        return Producer(
+            _new_client(
+                self.transport, self.bootstrap, self.clock, f"{self.name}-{self.instances}"
+            ),
+            config=ProducerConfig(
+                transactional_id=self.name,
+                transaction_timeout_ms=5_000,
+                linger_ms=0,
+                request_timeout_ms=1_000,
+                delivery_timeout_ms=DELIVERY_TIMEOUT_MS,
+                max_block_ms=DELIVERY_TIMEOUT_MS,
+                retry_backoff_ms=20,
+                retry_backoff_max_ms=200,
+            ),
+            owns_client=True,
+        )
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            producer = self.producer = self._new_producer()
+            try:
+                await producer.init_transactions()
+                while not self._stopping:
+                    await self._one_transaction(producer)
+                    await self.clock.sleep(self.interval_ms / 1000)
+            except (ClientError, KafkaError, TimeoutError) as error:
+                self.errors[type(error).__name__] += 1
+            finally:
+                with contextlib.suppress(Exception):
+                    await producer.close(timeout_ms=0)
+            await self.clock.sleep(self.interval_ms / 1000)
+
+    async def _one_transaction(self, producer: Producer) -> None:
+        values = tuple(b"%s:%d" % (self.name.encode(), self.sent + i) for i in range(self.batch))
+        self.sent += self.batch
+        abort = self.rng.random() < 0.2
+        producer.begin_transaction()
+        try:
+            for i, value in enumerate(values):
+                self.history.append_attempt(self.name, value, True)
+                await producer.send(self.topic, None, value, partition=i % self.partitions)
+            if abort:
+                await producer.abort_transaction()
+            else:
+                await producer.commit_transaction()
+        except TransactionAbortableError as error:
+            self.errors[type(error).__name__] += 1
+            try:
+                await producer.abort_transaction()
+            except (ClientError, KafkaError, TimeoutError):
+                self._ended(values, "unknown")
+                raise
+            self._ended(values, "aborted")
+            return
+        except (ClientError, KafkaError, TimeoutError, ProducerFencedError):
+            self._ended(values, "unknown")
+            raise
+        except asyncio.CancelledError:
+            self._ended(values, "unknown")  # the workload stopped inside the transaction
+            raise
+        self._ended(values, "aborted" if abort else "committed")
+
+    def _ended(self, values: tuple[bytes, ...], outcome: str) -> None:
+        self.history.append_transaction(
+            TransactionOutcome(self.name, values, outcome, self.clock.monotonic_ns())
+        )
+
+    async def stop(self) -> None:
+        await super().stop()
+        if self.producer is not None:
+            with contextlib.suppress(Exception):
+                await self.producer.close(timeout_ms=0)
 
 
 class TopicChurn(_Worker):

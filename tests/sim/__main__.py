@@ -43,7 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.fault_ms < 0:
         parser.error("--seeds must be at least 1 and --fault-ms not negative")
-    logging.basicConfig(level=logging.WARNING if args.verbose else logging.CRITICAL)
+    if args.verbose:
+        logging.basicConfig(level=logging.WARNING)
+    else:
+        logging.disable(logging.CRITICAL)  # the nodes' errors under faults are expected noise
     settings = Settings(fault_ms=args.fault_ms)
     results = []
     with tempfile.TemporaryDirectory(prefix="ketch-sim-") as scratch:

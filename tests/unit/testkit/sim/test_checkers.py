@@ -20,6 +20,7 @@ from testkit.sim.checkers import (
     one_leader_per_epoch,
     reads_match_the_log,
     replicas_agree_below_the_high_watermark,
+    transactions_all_or_nothing,
 )
 from testkit.sim.history import (
     Ack,
@@ -34,6 +35,7 @@ from testkit.sim.history import (
     Read,
     ReplicaState,
     TopicDeleted,
+    TransactionOutcome,
 )
 from wire.topic import TopicPartition
 
@@ -393,8 +395,44 @@ def test_committed_offsets_kept_catches_a_lost_commit_and_an_offset_never_sent()
     assert committed_offsets_kept(history) == []
 
 
+def transactional(visible: Sequence[bytes], *outcomes: tuple[str, tuple[bytes, ...]]) -> History:
+    history = settled()
+    for offset, value in enumerate(visible):
+        history.append_committed_read(TP, offset, value)
+    for outcome, values in outcomes:
+        history.append_transaction(TransactionOutcome("tx", values, outcome, at_ns=1))
+    return history
+
+
+def test_transactions_all_or_nothing_passes_whole_commits_and_invisible_aborts() -> None:
+    history = transactional(
+        [b"c1", b"c2", b"u1", b"u2"],
+        ("committed", (b"c1", b"c2")),
+        ("aborted", (b"a1", b"a2")),
+        ("unknown", (b"u1", b"u2")),
+        ("unknown", (b"v1", b"v2")),
+    )
+    assert transactions_all_or_nothing(history) == []
+
+
+def test_transactions_all_or_nothing_catches_parts_visible_aborts_and_duplicates() -> None:
+    history = transactional(
+        [b"c1", b"a1", b"u1", b"d1", b"d1"],
+        ("committed", (b"c1", b"c2")),
+        ("aborted", (b"a1",)),
+        ("unknown", (b"u1", b"u2")),
+        ("committed", (b"d1",)),
+    )
+    assert messages(transactions_all_or_nothing(history)) == [
+        "tx's committed transaction of 2 records: 1 visible to read_committed (b'c1'...)",
+        "tx's aborted transaction of 1 records: 1 visible to read_committed (b'a1'...)",
+        "tx's unknown transaction of 2 records: 1 visible to read_committed (b'u1'...)",
+        "b'd1' visible 2 times to read_committed",
+    ]
+
+
 def test_check_all_runs_every_checker_and_a_clean_history_passes_them_all() -> None:
-    assert len(ALL_CHECKERS) == 10
+    assert len(ALL_CHECKERS) == 11
     history = settled()
     for offset, value in enumerate(VALUES):
         history.append_attempt("p1", value, idempotent=True)
@@ -415,6 +453,7 @@ def test_check_all_runs_every_checker_and_a_clean_history_passes_them_all() -> N
         "controller_epochs": 1,
         "topic_deletions": 0,
         "offset_commits": 0,
+        "transactions": 0,
         "final_replicas": 3,
     }
     history.append_ack(ack(b"z", 0))
