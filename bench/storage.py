@@ -16,6 +16,10 @@ temporary directory on the same file system (``--dir`` to choose it):
 * read: sequential `Log.read` of 1 MB fetches over the whole log (page cache warm).
 * recovery: reopening the log after a simulated crash with the recovery point at 0, so every
   batch is re-validated and every index rebuilt; reported as seconds per GB.
+* crashed open: reopening a one-batch log whose active segment's indexes were left
+  preallocated (10 MB each, Kafka's segment.index.bytes) by a crash, with nothing to recover,
+  against the same log reopened after a clean close (indexes trimmed): the cost of the untrimmed
+  indexes alone, which every partition of a broker pays at its start after a kill -9.
 
 Each figure is the median of several rounds after a discarded warm-up round; the three write
 measures take turns within each round. No fsync happens in
@@ -186,6 +190,25 @@ def bench_recovery(data: bytes, count: int) -> Callable[[Path], float]:
     return run
 
 
+def bench_open(data: bytes, *, crashed: bool) -> Callable[[Path], float]:
+    def run(directory: Path) -> float:
+        log, _ = _fill(directory, data, 1)
+        end = log.log_end_offset
+        if crashed:
+            for segment in log.segments:
+                segment.close_handles()  # nothing trimmed, no clean-shutdown marker
+        else:
+            log.close()
+        start = time.perf_counter()
+        reopened = Log.open(directory / "bench-0", _config(), SystemClock(), recovery_point=end)
+        elapsed = time.perf_counter() - start
+        assert reopened.log_end_offset == end
+        reopened.close()
+        return elapsed * 1000
+
+    return run
+
+
 def _interleaved(
     runs: dict[str, Callable[[Path], float]], workdir: Path, rounds: int
 ) -> dict[str, float]:
@@ -222,7 +245,15 @@ def run_all(megabytes: int, rounds: int, workdir: Path) -> dict[str, float]:
     )
     figures["read_mb_s"] = _median_rate(bench_read(data, count), workdir, rounds)
     figures["recovery_s_per_gb"] = _median_rate(bench_recovery(data, count), workdir, rounds)
-    return figures
+    opens = _interleaved(
+        {
+            "open_crashed_ms": bench_open(data, crashed=True),
+            "open_clean_ms": bench_open(data, crashed=False),
+        },
+        workdir,
+        max(rounds, 9),
+    )
+    return figures | opens
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -250,6 +281,11 @@ def main(argv: list[str] | None = None) -> int:
     table.add_row("append / baseline", f"{ratio:.2f}x (target >= 0.80x)")
     table.add_row("Log.read (1 MB fetches)", f"{figures['read_mb_s']:,.0f} MB/s")
     table.add_row("recovery", f"{figures['recovery_s_per_gb']:.2f} s/GB")
+    table.add_row(
+        "open after a crash (untrimmed 10 MB indexes)",
+        f"{figures['open_crashed_ms']:.2f} ms ({figures['open_clean_ms']:.2f} ms after a clean "
+        "close)",
+    )
     Console().print(table)
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")

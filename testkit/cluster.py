@@ -368,7 +368,7 @@ class Cluster:
         for _ in range(max_ms):
             if condition():
                 return
-            await _let_loop_run()
+            await self._let_loop_run()
             if condition():
                 return
             await self._one_ms()
@@ -377,9 +377,9 @@ class Cluster:
     async def run_for(self, duration_ms: int) -> None:
         """Let the loop run while the clock advances `duration_ms` in 1 ms steps."""
         for _ in range(duration_ms):
-            await _let_loop_run()
+            await self._let_loop_run()
             await self._one_ms()
-        await _let_loop_run()
+        await self._let_loop_run()
 
     async def drive(self, awaitable: Awaitable[T], *, max_ms: int = 10_000) -> T:
         """Await `awaitable` while advancing the clock (for anything that may wait on the
@@ -392,6 +392,13 @@ class Cluster:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
         return task.result()
+
+    async def _let_loop_run(self) -> None:
+        # A ManualClock only moves when told: the tasks it woke need loop turns first. On a
+        # clock that moves by itself (the wall clock, or the simulation's virtual time, which
+        # jumps only once nothing is ready) the 1 ms wait alone lets them run.
+        if isinstance(self.clock, ManualClock):
+            await _let_loop_run()
 
     async def _one_ms(self) -> None:
         # A ManualClock moves only when told; the wall clock moves by itself while we sleep.

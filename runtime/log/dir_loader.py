@@ -85,6 +85,8 @@ def read_dirs(
     if not dirs:
         return []
     read = functools.partial(read_dir, config_for=config_for, clock=clock)
+    if len(dirs) == 1:
+        return [read(dirs[0], seeds[0])]  # nothing to overlap: no thread to start
     with ThreadPoolExecutor(len(dirs), thread_name_prefix="log-dir-load") as pool:
         return list(pool.map(read, dirs, seeds))
 

@@ -384,7 +384,7 @@ class TransactionalWorker(_Worker):
             ),
             config=ProducerConfig(
                 transactional_id=self.name,
-                transaction_timeout_ms=5_000,
+                transaction_timeout_ms=3_000,
                 linger_ms=0,
                 request_timeout_ms=1_000,
                 delivery_timeout_ms=DELIVERY_TIMEOUT_MS,

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from runtime.log.errors import CorruptIndexError, InvalidOffsetError, OffsetOverflowError
+from runtime.log.index_file import read_written
 from runtime.log.offset_index import OffsetIndex, OffsetPosition
 
 
@@ -71,6 +72,30 @@ def test_untrimmed_preallocated_tail_is_skipped_on_load(tmp_path: Path) -> None:
     reopened = OffsetIndex(path, 0, 80)
     assert reopened.entries == 1
     reopened.sanity_check(log_size=100)
+
+
+def test_a_large_preallocated_index_reads_only_what_was_written(tmp_path: Path) -> None:
+    """The unused tail of a preallocated index is a hole: loading reads the written part only
+    (where the file system reports holes), and data written after a hole is still read."""
+    path = tmp_path / "00000000000000000000.index"
+    size = 10 * 1024 * 1024
+    index = OffsetIndex(path, 0, size)
+    index.preallocate(size)
+    index.append(3, 50)
+    index.flush()
+    index.close_handle()  # a crash: no trim
+    raw, file_size = read_written(path)
+    assert file_size == size
+    assert len(raw) < size, "the 10 MB hole was read"
+    assert raw[:8] == bytes.fromhex("00000003 00000032")
+    assert OffsetIndex(path, 0, size).entries == 1
+    with path.open("r+b") as file:  # a stray entry far past the hole: the whole file is read
+        file.seek(size - 8)
+        file.write(bytes.fromhex("00000009 00000063"))
+    raw, _ = read_written(path)
+    assert len(raw) == size
+    with pytest.raises(CorruptIndexError, match="not strictly increasing"):
+        OffsetIndex(path, 0, size).sanity_check(log_size=1_000)
 
 
 def test_zero_entries_before_real_ones_fail_sanity_check(tmp_path: Path) -> None:
