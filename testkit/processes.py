@@ -10,7 +10,16 @@ controller|broker` (the command line contract of DESIGN.md), in `ketch up`'s lay
 
 What `ketch up` adds (restart with backoff, the control socket, cluster.json) is its own: a
 harness restarts a node when the test says so, never by itself. The benchmarks
-(bench/failover.py, bench/latency_cluster.py) and the process tests run this harness.
+(bench/failover.py, bench/latency_cluster.py, bench/chaos.py), the process tests and the testing
+API (testkit/testing.py) run this harness.
+
+With `proxied=True` every node sits behind testkit/proxy.py's fault-injecting proxies: each
+listener binds a port of its own and advertises its proxy's (`advertised.listeners`), brokers
+reach the controller through its proxy, and each node binds its outgoing connections to its own
+loopback address (`connections.source.host`), so every byte between nodes, and between clients
+and nodes, passes a proxy that knows the link it is on. `addresses`, `kafka_addresses` and
+`controller_address` are then the proxies' (what the nodes' clients use); `cluster.network`
+cuts, blackholes, delays and heals links. A node can also be paused (SIGSTOP) and resumed.
 
 Ownership: the harness runs on its caller's one event loop; the children are separate
 processes, reached only over TCP and signals, and signalled only by their recorded PIDs.
@@ -31,12 +40,19 @@ from typing import Final
 
 from client.client import Client
 from client.config import ClientConfig
+from node.broker.config import (
+    ADVERTISED_LISTENERS_KEY,
+    KAFKA_LISTENER,
+    NATIVE_LISTENER,
+    format_listeners,
+)
 from node.layout import CONTROLLER_NODE, Layout, NodeSpec, broker_node
 from runtime.clock import SystemClock
 from runtime.config import Value
-from runtime.net.tcp import TcpTransport
+from runtime.net.tcp import SOURCE_HOST_KEY, TcpTransport
 from runtime.net.transport import Address
 from testkit.probes import broker_states, wait_until
+from testkit.proxy import CONTROLLER, FaultyNetwork, Node, source_host
 
 LOCALHOST: Final = "127.0.0.1"
 # The directory holding the packages: the children run there, so `-m cli.main` finds this
@@ -82,6 +98,7 @@ class Child:
 
     spec: NodeSpec
     process: asyncio.subprocess.Process | None = None
+    paused: bool = False  # stopped by SIGSTOP and not yet continued
 
     @property
     def name(self) -> str:
@@ -96,8 +113,13 @@ class Child:
         """It was started and is gone (whatever the reason)."""
         return self.process is not None and self.process.returncode is not None
 
+    @property
+    def pid(self) -> int | None:
+        return None if self.process is None else self.process.pid
+
     async def start(self) -> None:
         assert not self.running, f"{self.name} is already running"
+        self.paused = False
         with self.spec.log_file.open("ab") as log:
             self.process = await asyncio.create_subprocess_exec(
                 *self.spec.argv,
@@ -113,14 +135,31 @@ class Child:
             return
         if self.process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(self.process.pid, signal.SIGKILL)
+                os.kill(self.process.pid, signal.SIGKILL)  # a stopped process dies too
         await self.process.wait()
+        self.paused = False
+
+    def pause(self) -> None:
+        """SIGSTOP by PID: the process stops where it is, its sockets stay open (a long GC
+        pause, a frozen VM), so peers see only silence."""
+        assert self.process is not None, f"{self.name} never started"
+        assert self.running, f"{self.name} is not running"
+        os.kill(self.process.pid, signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        """SIGCONT by PID, for a paused process (a no-op otherwise)."""
+        if self.paused and self.process is not None and self.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.process.pid, signal.SIGCONT)
+        self.paused = False
 
     async def terminate(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
         """SIGTERM (the clean stop), then the exit code; SIGKILL if it takes over timeout_s."""
         assert self.process is not None, f"{self.name} never started"
         if self.process.returncode is None:
             self.process.send_signal(signal.SIGTERM)
+            self.resume()  # a stopped process handles SIGTERM only once continued
         try:
             return await asyncio.wait_for(self.process.wait(), timeout_s)
         except TimeoutError:
@@ -142,17 +181,23 @@ class ProcessCluster:
 
     Every node gets free ports on 127.0.0.1, chosen once: a restarted broker binds the same
     ones. With `kafka`, each broker also serves the Kafka wire protocol (`--kafka-listen`) at
-    `kafka_addresses[id]`; `kafka_bootstrap()` is the bootstrap list a Kafka client takes."""
+    `kafka_addresses[id]`; `kafka_bootstrap()` is the bootstrap list a Kafka client takes.
+    With `proxied`, those addresses are the proxies' (module docstring) and `network` is set
+    once the cluster is started."""
 
     root: Path
     brokers: int = 3
     properties: Mapping[str, Value] = field(default_factory=dict)
     kafka: bool = False
+    proxied: bool = False
     children: dict[str, Child] = field(init=False, default_factory=dict)
     addresses: dict[int, Address] = field(init=False, default_factory=dict)
     kafka_addresses: dict[int, Address] = field(init=False, default_factory=dict)
     controller_address: Address = field(init=False)
     layout: Layout = field(init=False)
+    network: FaultyNetwork | None = field(init=False, default=None)
+    # With proxies: each proxy's address -> (its node, the address the node really binds).
+    _routes: dict[Address, tuple[Node, Address]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.layout = Layout(self.root)
@@ -160,22 +205,49 @@ class ProcessCluster:
         config = self.root / CONFIG_FILE_NAME
         config.write_text(toml_text(self.properties))
         per_broker = 2 if self.kafka else 1
-        ports = iter(free_ports(1 + per_broker * self.brokers))
-        self.controller_address = Address(LOCALHOST, next(ports))
-        controller = self.layout.controller_spec(self.controller_address, config=config)
+        listeners = 1 + per_broker * self.brokers
+        ports = iter(free_ports(listeners * (2 if self.proxied else 1)))
+
+        def listener(node: Node) -> tuple[Address, Address]:
+            """(what the node's clients dial, what the node binds): the same without proxies."""
+            bound = Address(LOCALHOST, next(ports))
+            if not self.proxied:
+                return bound, bound
+            front = Address(LOCALHOST, next(ports))
+            self._routes[front] = (node, bound)
+            return front, bound
+
+        self.controller_address, controller_bound = listener(CONTROLLER)
+        controller = self.layout.controller_spec(
+            controller_bound, config=config, flags=self._proxy_flags(CONTROLLER, {})
+        )
         self.children[CONTROLLER_NODE] = Child(controller)
         for broker_id in range(self.brokers):
-            self.addresses[broker_id] = Address(LOCALHOST, next(ports))
+            self.addresses[broker_id], bound = listener(broker_id)
+            advertised = {NATIVE_LISTENER: self.addresses[broker_id]}
+            kafka_bound = None
             if self.kafka:
-                self.kafka_addresses[broker_id] = Address(LOCALHOST, next(ports))
+                self.kafka_addresses[broker_id], kafka_bound = listener(broker_id)
+                advertised[KAFKA_LISTENER] = self.kafka_addresses[broker_id]
             spec = self.layout.broker_spec(
                 broker_id,
-                self.addresses[broker_id],
+                bound,
                 self.controller_address,
                 config=config,
-                kafka_address=self.kafka_addresses.get(broker_id),
+                kafka_address=kafka_bound,
+                flags=self._proxy_flags(broker_id, advertised),
             )
             self.children[spec.node] = Child(spec)
+
+    def _proxy_flags(self, node: Node, advertised: Mapping[str, Address]) -> dict[str, Value]:
+        """Behind proxies: the node's own source address, and its listeners advertised at
+        their proxies."""
+        if not self.proxied:
+            return {}
+        flags: dict[str, Value] = {SOURCE_HOST_KEY: source_host(node)}
+        if advertised:
+            flags[ADVERTISED_LISTENERS_KEY] = format_listeners(advertised)
+        return flags
 
     def kafka_bootstrap(self, broker_ids: Sequence[int] | None = None) -> str:
         """`host:port,...` of the brokers' Kafka listeners (all by default), the form Kafka
@@ -192,6 +264,10 @@ class ProcessCluster:
 
     def broker(self, broker_id: int) -> Child:
         return self.children[broker_node(broker_id)]
+
+    def node(self, node: Node) -> Child:
+        """A broker by id, or the controller (CONTROLLER)."""
+        return self.controller if node == CONTROLLER else self.broker(int(node))
 
     @property
     def controller(self) -> Child:
@@ -216,7 +292,22 @@ class ProcessCluster:
             client_id="process-cluster",
         )
 
+    def start_network(self) -> None:
+        """The proxies (with `proxied`), before any node needs them; idempotent."""
+        if not self.proxied or self.network is not None:
+            return
+        network = FaultyNetwork()
+        network.start()
+        self.network = network
+        for front, (node, bound) in self._routes.items():
+            network.add_route(node, bound, front)
+
+    def close_network(self) -> None:
+        if self.network is not None:
+            self.network.close()
+
     async def start(self, *, timeout_s: float = READY_TIMEOUT_S) -> None:
+        self.start_network()
         await self.controller.start()
         for broker_id in range(self.brokers):
             await self.broker(broker_id).start()
@@ -270,12 +361,17 @@ class ProcessCluster:
 
 @contextlib.asynccontextmanager
 async def running_cluster(
-    root: Path, properties: Mapping[str, Value], *, brokers: int = 3, kafka: bool = False
+    root: Path,
+    properties: Mapping[str, Value],
+    *,
+    brokers: int = 3,
+    kafka: bool = False,
+    proxied: bool = False,
 ) -> AsyncIterator[ProcessCluster]:
-    """A started ProcessCluster (with Kafka listeners when `kafka`); every child is killed by
-    PID on the way out whatever happens (a caller stops it cleanly first when it wants the
-    clean-stop state)."""
-    cluster = ProcessCluster(root, brokers, properties, kafka=kafka)
+    """A started ProcessCluster (with Kafka listeners when `kafka`, behind proxies when
+    `proxied`); every child is killed by PID on the way out whatever happens (a caller stops it
+    cleanly first when it wants the clean-stop state), then the proxies are closed."""
+    cluster = ProcessCluster(root, brokers, properties, kafka=kafka, proxied=proxied)
     try:
         await cluster.start()
         yield cluster
@@ -284,3 +380,4 @@ async def running_cluster(
             await cluster.kill_all()
         finally:
             cluster.kill_all_now()
+            cluster.close_network()

@@ -16,6 +16,12 @@ itself:
                            address (port 0 resolved). A listener bound to a wildcard host
                            (0.0.0.0, ::) must have one: no client can connect to a wildcard
     controller.address     `host:port` of the controller (AlterPartition goes there)
+    connections.source.host
+                           the IP address every connection the broker opens (replica
+                           fetchers, the control channel, forwarding) binds to; unset (the
+                           default), the kernel chooses. A local cluster behind
+                           testkit/proxy.py gives each node its own 127.0.0.x with it, so the
+                           proxy knows which node a connection comes from
     message.max.bytes      the largest produce batch the data path accepts
     metrics.port           the Prometheus endpoint's port on the listener's host (-1: off,
                            the default; 0: any free port), runtime/metrics/registry.py
@@ -45,6 +51,7 @@ from node.broker.lifecycle import BrokerLifecycleConfig
 from runtime.log.config import LogManagerConfig
 from runtime.metrics.registry import METRICS_DISABLED, METRICS_PORT_KEY, metrics_port
 from runtime.net.server import ServerConfig
+from runtime.net.tcp import parse_source_host
 from runtime.net.transport import Address
 from runtime.properties import (
     config_from_properties,
@@ -145,6 +152,10 @@ class BrokerConfig:
     )
     controller_address: Address | None = field(
         default=None, metadata=property_metadata(parse=_address_property)
+    )
+    # connections.source.host (see the module docstring); None: the kernel chooses.
+    connections_source_host: str | None = field(
+        default=None, metadata=property_metadata(parse=parse_source_host)
     )
     message_max_bytes: int = DEFAULT_MESSAGE_MAX_BYTES
     log: LogManagerConfig = field(default_factory=LogManagerConfig)
@@ -251,6 +262,7 @@ _KEYS_WITHOUT_DEFAULT: Final = frozenset(
     {
         "broker.id",
         "controller.address",
+        "connections.source.host",
         "log.dir",
         "log.roll.hours",
         "log.retention.minutes",

@@ -152,7 +152,7 @@ async def serve_broker(settings: BrokerSettings) -> int:
     """Run the broker until SIGTERM / SIGINT, then stop it cleanly."""
     node = BrokerNode(
         settings.config,
-        transport=TcpTransport(),
+        transport=TcpTransport(source_host=settings.config.connections_source_host),
         clock=SystemClock(),
         cluster_secret=settings.secret,
     )

@@ -14,9 +14,11 @@ unclean.leader.election.enable, auto.leader.rebalance.enable, leader.imbalance.*
 default.replication.factor, metadata.snapshot.records (actors/controller/messages.py); the
 listener's socket.request.max.bytes, max.connections, connections.max.idle.ms,
 queued.max.requests, server.shutdown.timeout.ms; its channels' request.timeout.ms,
-socket.connection.setup.timeout.ms, retry.backoff(.max).ms, reconnect.backoff(.max).ms; and
-metrics.port. Other names are logged as warnings with the nearest known name, not refused: one
-file may configure the controller and the brokers alike (`ketch up --config`).
+socket.connection.setup.timeout.ms, retry.backoff(.max).ms, reconnect.backoff(.max).ms;
+connections.source.host (the IP address its connections to the brokers bind to; unset, the
+kernel chooses: runtime/net/tcp.py); and metrics.port. Other names are logged as warnings with
+the nearest known name, not refused: one file may configure the controller and the brokers
+alike (`ketch up --config`).
 
 Exit codes: 0 after SIGTERM / SIGINT and a clean stop; 1 when the node cannot start (port taken,
 metadata directory locked by another controller) or when its metadata log fails while running
@@ -53,7 +55,7 @@ from runtime.clock import SystemClock
 from runtime.config import ConfigError, EffectiveConfig, Value, resolve
 from runtime.metrics.registry import METRICS_DISABLED, METRICS_PORT_KEY, metrics_port
 from runtime.net.server import ServerConfig
-from runtime.net.tcp import TcpTransport
+from runtime.net.tcp import SOURCE_HOST_KEY, TcpTransport, source_host
 from runtime.net.transport import Address
 from runtime.properties import (
     config_from_properties,
@@ -64,7 +66,7 @@ from runtime.properties import (
 
 log = logging.getLogger("ketch.controller")
 
-_KEYS_WITHOUT_DEFAULT: Final = frozenset({"cluster.id"})
+_KEYS_WITHOUT_DEFAULT: Final = frozenset({"cluster.id", SOURCE_HOST_KEY})
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +81,7 @@ class ControllerSettings:
     secret: bytes
     secret_file: Path
     unknown: tuple[str, ...] = ()  # one message per property name the controller does not read
+    source_host: str | None = None  # connections.source.host (None: the kernel chooses)
 
 
 def controller_config_defaults() -> dict[str, Value]:
@@ -143,6 +146,7 @@ def settings_from_args(args: argparse.Namespace) -> ControllerSettings:
         server = ServerConfig.from_properties(properties)
         channels = channel_config(properties)
         port = metrics_port(properties)
+        source = source_host(properties)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     secret_file, secret = read_secret(args.secret_file, args.data_dir)
@@ -157,6 +161,7 @@ def settings_from_args(args: argparse.Namespace) -> ControllerSettings:
         secret=secret,
         secret_file=secret_file,
         unknown=unknown,
+        source_host=source,
     )
 
 
@@ -165,7 +170,7 @@ async def serve_controller(settings: ControllerSettings) -> int:
     node = ControllerNode(
         settings.config,
         settings.metadata_dir,
-        transport=TcpTransport(),
+        transport=TcpTransport(source_host=settings.source_host),
         clock=SystemClock(),
         cluster_secret=settings.secret,
         listen=settings.listen,

@@ -14,15 +14,24 @@ Flow control in both directions:
 
 TLS is the standard `ssl` module's: pass an `ssl.SSLContext` for the server side, the client
 side, or both. The handshake completes before a stream is handed out.
+
+Source address. By default the kernel picks the local address of an outgoing connection. A node
+given `connections.source.host` (`SOURCE_HOST_KEY`, an IP literal) binds every connection it
+opens to that address (port 0: any free port) before connecting, so whoever accepts it can tell
+the node by its peer address; the fault-injecting proxy of testkit/proxy.py names a link's
+source that way (on Linux all of 127.0.0.0/8 is the loopback interface, so each node of a local
+cluster can have its own 127.0.0.x). Listening is not affected.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import ssl
 from collections import deque
-from typing import cast
+from collections.abc import Mapping
+from typing import Final, cast
 
 from runtime.net.transport import Address, ConnectionClosedError, StreamHandler
 
@@ -30,6 +39,9 @@ READ_HIGH_WATER_BYTES = 256 * 1024
 # How long `aclose()` waits for buffered output to flush before it aborts the connection.
 CLOSE_FLUSH_TIMEOUT_S = 5.0
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
+# The property naming the local address a node's outgoing connections bind to (unset: the
+# kernel's choice). Read by the broker and the controller processes.
+SOURCE_HOST_KEY: Final = "connections.source.host"
 
 _log = logging.getLogger(__name__)
 
@@ -42,6 +54,28 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
         return asyncio.new_event_loop()
     loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
     return loop
+
+
+def parse_source_host(key: str, raw: object) -> str | None:
+    """A `connections.source.host` value: an IP address literal, or None for empty text (the
+    kernel chooses). A host name is refused: the point is to know the address exactly, and
+    resolving it could give a different one than a peer expects."""
+    text = str(raw).strip()
+    if not text:
+        return None
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        raise ValueError(
+            f"{key}: expected an IP address for outgoing connections to bind to, got {raw!r}"
+        ) from None
+    return text
+
+
+def source_host(properties: Mapping[str, object]) -> str | None:
+    """`connections.source.host` from a node's properties; None when it is not set."""
+    raw = properties.get(SOURCE_HOST_KEY)
+    return None if raw is None else parse_source_host(SOURCE_HOST_KEY, raw)
 
 
 def _format_peer(peername: object) -> str:
@@ -252,11 +286,14 @@ class TcpTransport:
         ssl_client: ssl.SSLContext | None = None,
         *,
         server_hostname: str | None = None,
+        source_host: str | None = None,
     ) -> None:
         self._ssl_server = ssl_server
         self._ssl_client = ssl_client
         # Overrides the name checked against the server certificate (default: the address host).
         self._server_hostname = server_hostname
+        # The local address every outgoing connection binds to (None: the kernel chooses).
+        self._local_addr = None if source_host is None else (source_host, 0)
 
     async def connect(self, address: Address, *, timeout_s: float) -> TcpStream:
         loop = asyncio.get_running_loop()
@@ -271,6 +308,7 @@ class TcpTransport:
                 ssl=self._ssl_client,
                 server_hostname=hostname,
                 ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if self._ssl_client else None,
+                local_addr=self._local_addr,
             )
         return TcpStream(transport, protocol)
 

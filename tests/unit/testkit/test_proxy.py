@@ -231,9 +231,17 @@ async def test_a_node_that_is_down_looks_down_through_its_proxy(network: FaultyN
     assert await refused(front)
 
 
-def test_the_network_closes_its_connections_and_thread() -> None:
+async def test_closing_the_network_resets_its_connections_and_stops_listening(
+    echo: tuple[Echo, Address],
+) -> None:
+    _, target = echo
     network = FaultyNetwork()
     network.start()
-    network.add_route(0, Address("127.0.0.1", 1))
+    front = network.add_route(0, target)
+    stream = await connect(front)
     network.close()
+    assert await reset_seen(stream)
+    with pytest.raises(ConnectionRefusedError):
+        await connect(front)
     network.close()  # idempotent
+    await stream.aclose()
