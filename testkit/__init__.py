@@ -7,6 +7,13 @@ benchmarks and users' own tests, written once.
                  command lines (node/layout.py), killed and restarted by PID
     probes       bounded polls and the requests a harness asks a running cluster through its
                  brokers (DescribeCluster, Metadata, CreateTopics)
+    sim/         the deterministic whole-cluster simulation on `cluster`: a simulated event
+                 loop, seeded faults, a workload, the history and its checkers (issue 20)
+    disk         disk faults (a log whose writes start failing)
+    proxy        fault-injecting TCP proxies in front of a process cluster's nodes
+    testing      the testing API for users: a process cluster behind the proxies, with kill,
+                 restart, pause, partition, heal, controlled shutdown, waits for ISRs and leaders
+    pytest_plugin  the `ketch_cluster` fixture on `testing`
 
 Sits between `bench` and `node`: may import `node` (its composition roots and the cluster
 layout) and everything below it (actors, client, runtime, wire); never `bench`, `cli` or
