@@ -20,14 +20,14 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, Final
 
 import confluent_kafka
 import pytest
 
-from testkit.probes import partitions_of
+from testkit.probes import partitions_of, wait_until
 from testkit.processes import ProcessCluster, running_cluster
 from tests.integration.cluster_properties import CLUSTER_PROPERTIES
 from tests.integration.eos_loop import (
@@ -109,31 +109,45 @@ def group_offsets(bootstrap: str) -> tuple[dict[int, int], dict[int, int]]:
         consumer.close()
 
 
+Between = Callable[[int, Any], None]  # runs inside transaction i, before its commit
+# A consume-transform-produce loop: (bootstrap, records expected, between) -> transactions.
+Loop = Callable[[str, int, Between], Coroutine[Any, Any, int]]
+
+
+async def librdkafka_loop(bootstrap: str, expected: int, between: Between) -> int:
+    return await asyncio.to_thread(consume_transform_produce, bootstrap, expected, between)
+
+
 async def run_with_kill(
     cluster: ProcessCluster,
+    loop: Loop,
     bootstrap: str,
-    expected: int,
     victim_of: Callable[[], Awaitable[int]],
 ) -> int:
-    """A run that, at transaction KILL_AT_TRANSACTION, before its commit, kill -9s the broker
-    `victim_of()` names, then restarts it once the run is over; the loop goes on through the
-    survivors. Returns the transactions committed."""
+    """A run of `loop` that, at transaction KILL_AT_TRANSACTION, before its commit, kill -9s
+    the broker `victim_of()` names, then restarts it once the run is over; the loop goes on
+    through the survivors. Returns the transactions committed."""
     pause = Pause(KILL_AT_TRANSACTION)
     victim = -1
-    loop = asyncio.create_task(
-        asyncio.to_thread(consume_transform_produce, bootstrap, expected, pause)
-    )
+    run = asyncio.create_task(loop(bootstrap, RECORDS_PER_RUN, pause))
     try:
-        reached = await asyncio.to_thread(pause.reached.wait, RUN_S)
-        assert reached, "the loop never reached the transaction to interrupt"
-        victim = await victim_of()
-        await cluster.broker(victim).kill()
+
+        async def reached() -> bool:
+            return pause.reached.is_set() or run.done()
+
+        await wait_until(reached, "the transaction to interrupt", timeout_s=RUN_S)
+        if pause.reached.is_set():
+            victim = await victim_of()
+            await cluster.broker(victim).kill()
     finally:
         pause.go_on.set()  # the loop goes on whatever happened here
-    committed = await loop
-    if victim >= 0:
-        await cluster.broker(victim).start()
-        await cluster.wait_running([victim], timeout_s=WAIT_S)
+    try:
+        committed = await run
+    finally:
+        if victim >= 0:
+            await cluster.broker(victim).start()
+            await cluster.wait_running([victim], timeout_s=WAIT_S)
+    assert victim >= 0, "the loop ended before the transaction to interrupt"
     return committed
 
 
@@ -147,25 +161,33 @@ async def output_leader(cluster: ProcessCluster) -> int:
         await client.close()
 
 
-async def run_killing_the_application(bootstrap: str, tmp_path: Path) -> int:
-    """The loop in a process of its own, killed with kill -9 inside its first transaction; then
-    its next instance, here, takes over and processes the whole input. Returns the transactions
-    the next instance committed."""
-    log_path = tmp_path / "eos-app.log"
+async def kill_the_application(module_args: list[str], log_path: Path) -> None:
+    """`python -m <module_args>`, a loop that prints MID_TRANSACTION inside its first
+    transaction, killed with kill -9 once it has."""
     with log_path.open("wb") as log:
         app = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tests.integration.eos_loop", bootstrap, str(RECORDS_PER_RUN),
+            sys.executable, "-m", *module_args,
             cwd=REPO, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
             stderr=log,
         )  # fmt: skip
     try:
         assert app.stdout is not None
         line = await asyncio.wait_for(app.stdout.readline(), RUN_S)
-        assert line.decode().strip() == MID_TRANSACTION, (line, log_path.read_text())
+        started = line.decode().strip() == MID_TRANSACTION
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(app.pid, signal.SIGKILL)
         await app.wait()
+    if not started:
+        raise AssertionError((line, await asyncio.to_thread(log_path.read_text)))
+
+
+async def run_killing_the_application(bootstrap: str, tmp_path: Path) -> int:
+    """The loop in a process of its own, killed with kill -9 inside its first transaction; then
+    its next instance, here, takes over and processes the whole input. Returns the transactions
+    the next instance committed."""
+    module = ["tests.integration.eos_loop", bootstrap, str(RECORDS_PER_RUN)]
+    await kill_the_application(module, tmp_path / "eos-app.log")
     return await asyncio.to_thread(consume_transform_produce, bootstrap, RECORDS_PER_RUN)
 
 
@@ -189,14 +211,14 @@ async def test_consume_transform_produce_exactly_once_across_kills(
 
         second = await asyncio.to_thread(fill_input, bootstrap, 2)
         committed_second = await run_with_kill(
-            cluster, bootstrap, RECORDS_PER_RUN, lambda: coordinator_of(cluster, TRANSACTIONAL_ID)
+            cluster, librdkafka_loop, bootstrap, lambda: coordinator_of(cluster, TRANSACTIONAL_ID)
         )
         assert committed_second > KILL_AT_TRANSACTION
 
         # A third run loses the leader of a partition it writes to, mid-transaction.
         third = await asyncio.to_thread(fill_input, bootstrap, 3)
         committed_third = await run_with_kill(
-            cluster, bootstrap, RECORDS_PER_RUN, lambda: output_leader(cluster)
+            cluster, librdkafka_loop, bootstrap, lambda: output_leader(cluster)
         )
         assert committed_third > KILL_AT_TRANSACTION
 
