@@ -28,9 +28,9 @@ Isolation (isolation.level). read_uncommitted fetches up to the high watermark a
 record. read_committed fetches with isolation level 1, so the broker stops at the last stable
 offset (the first offset of the oldest open transaction), and drops the records of aborted
 transactions the answer names (`decode_fetched`'s docstring has the rule); control batches are
-never returned. Offset lookups and resets still ask for the high watermark (client/list_offsets.py
-sends isolation level 0), so "latest" may start a read_committed consumer inside an open
-transaction; its records then arrive once it commits, or not at all if it aborts.
+never returned. Offset lookups and resets ask with the same isolation level, so "latest" and
+`end_offsets` are the last stable offset for a read_committed consumer, as in Kafka: it never
+starts inside an open transaction.
 
 Errors per partition: NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, FENCED_LEADER_EPOCH
 and the like refresh metadata and try again at the next leader; OFFSET_OUT_OF_RANGE resets the
@@ -228,6 +228,7 @@ class Consumer:
             timestamps,
             replica_id=self.config.replica_id,
             timeout_ms=self.config.request_timeout_ms,
+            isolation_level=FETCH_READ_COMMITTED if self.config.read_committed else 0,
         )
 
     async def _reset_positions(self, partitions: Iterable[TopicPartition]) -> None:

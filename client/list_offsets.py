@@ -44,8 +44,11 @@ async def list_offsets(
     *,
     replica_id: int,
     timeout_ms: float,
+    isolation_level: int = 0,
 ) -> dict[TopicPartition, OffsetAndTimestamp]:
-    """ListOffsets to each partition's leader, retrying retriable errors per partition."""
+    """ListOffsets to each partition's leader, retrying retriable errors per partition.
+    `isolation_level` 1 (read_committed) asks for the last stable offset where 0 asks for the
+    high watermark (latest) and leaves out open transactions' records (by timestamp)."""
     results: dict[TopicPartition, OffsetAndTimestamp] = {}
 
     async def attempt() -> None:
@@ -56,7 +59,7 @@ async def list_offsets(
             by_leader.setdefault(leader.node_id, []).append(tp)
         outcomes = await asyncio.gather(
             *(
-                _list_from(client, node, tps, remaining, replica_id)
+                _list_from(client, node, tps, remaining, replica_id, isolation_level)
                 for node, tps in by_leader.items()
             ),
             return_exceptions=True,
@@ -81,6 +84,7 @@ async def _list_from(
     partitions: list[TopicPartition],
     timestamps: Mapping[TopicPartition, int],
     replica_id: int,
+    isolation_level: int,
 ) -> dict[TopicPartition, OffsetAndTimestamp]:
     """One request to `node_id`: the partitions it answered. A retriable partition error leaves
     the partition out (the caller's retry asks again); a non-retriable one is raised."""
@@ -98,6 +102,7 @@ async def _list_from(
         )
     request = ListOffsetsRequest(
         replica_id=replica_id,
+        isolation_level=isolation_level,
         topics=[ListOffsetsTopic(name=t, partitions=p) for t, p in by_topic.items()],
     )
     response = await client.send_expect(node_id, request, ListOffsetsResponse)

@@ -168,6 +168,21 @@ async def read_values(
     return [value for tp in partitions for value in by_partition[tp]]
 
 
+async def end_offsets(
+    cluster: Cluster, isolation_level: str, name: str
+) -> dict[TopicPartition, int]:
+    """The output's end offsets as a consumer with `isolation_level` asks for them."""
+    consumer = Consumer(
+        client(cluster, name),
+        config=ConsumerConfig(isolation_level=isolation_level, request_timeout_ms=1_000),
+        owns_client=True,
+    )
+    try:
+        return await cluster.drive(consumer.end_offsets(OUT_PARTITIONS))
+    finally:
+        await cluster.drive(consumer.close())
+
+
 async def send_all(producer: Producer, cluster: Cluster, values: Iterable[bytes]) -> None:
     """Send `values` (keyed by themselves, so they spread over the partitions) and wait for
     every acknowledgement."""
@@ -197,6 +212,10 @@ async def test_a_commit_is_visible_to_read_committed_only_once_committed(tmp_pat
             views = [_leader_view(cluster, tp) for tp in OUT_PARTITIONS]
             assert any(lso < hw for lso, hw, _ in views), (views, f"seed={seed}")
             assert all(lso == 0 for lso, _, _ in views), (views, f"seed={seed}")
+            # A read_committed consumer's end offsets are the LSOs, read_uncommitted's the HWs.
+            hws = {tp: hw for tp, (_, hw, _) in zip(OUT_PARTITIONS, views, strict=True)}
+            assert await end_offsets(cluster, READ_COMMITTED, "rc-ends") == dict.fromkeys(hws, 0)
+            assert await end_offsets(cluster, READ_UNCOMMITTED, "ru-ends") == hws
             await cluster.drive(producer.commit_transaction())
             assert producer.transactions is not None
             assert producer.transactions.state is TransactionState.READY
