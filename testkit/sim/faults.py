@@ -34,8 +34,11 @@ meets several kinds. The kinds, and what each does in the one-process cluster:
   error; testkit/disk.py): the broker takes the log dir offline and reports it, the controller
   moves leadership away; after the hold the broker is killed and restarted (the disk replaced).
 
-Not injected: a disk error when a log is created (root, which runs the tests here, writes
-through any file mode, so a read-only directory does not fail a creation).
+* `disk_error_on_create`: creating a log fails on a broker: a regular file already sits where
+  the next partitions the workload will create would have their directories (a read-only
+  directory would not do: root, which runs the tests, writes through any file mode), so the
+  broker's mkdir fails with an I/O error, it takes the dir offline and reports it; after the
+  hold the files go and the broker, if its dir went offline, is restarted.
 
 Ownership: the injector runs in one task of the simulation and is the only writer of the
 network's link settings and of node lifecycles while the faults run.
@@ -71,6 +74,7 @@ KINDS = (
     "controller_crash",
     "clock_jump",
     "disk_error",
+    "disk_error_on_create",
 )
 
 
@@ -122,10 +126,19 @@ def plan_faults(
         elif kind == "crash_two":
             a, b = rng.sample(brokers, 2)
             amount = rng.randrange(0, 600)
-        elif kind in ("isolate", "pause", "crash", "controlled_shutdown", "disk_error"):
+        elif kind in (
+            "isolate",
+            "pause",
+            "crash",
+            "controlled_shutdown",
+            "disk_error",
+            "disk_error_on_create",
+        ):
             a, b = rng.choice(brokers), ""
             if kind == "pause":
                 hold = pause_ms + rng.randrange(0, 1_000)
+            elif kind == "disk_error_on_create":
+                hold = rng.randrange(1_600, 2_400)  # past the topic churn's next creation
         elif kind == "controller_crash":
             a, b = controller, ""
         elif kind == "clock_jump":
@@ -152,7 +165,9 @@ class FaultInjector:
         clients: list[str],
         note: Callable[[str], None],
         incarnations: Counter[int],
+        upcoming: Callable[[], list[str]] = list,
     ) -> None:
+        """`upcoming()`: the directory names of partitions the workload will create next."""
         assert cluster.network is not None
         self.cluster = cluster
         self.network = cluster.network
@@ -162,6 +177,8 @@ class FaultInjector:
         self.note = note
         self.incarnations = incarnations
         self.injected: Counter[str] = Counter()
+        self._upcoming = upcoming
+        self._blockers: list[Path] = []
         self.torn_tails = 0
 
     def _everyone_but(self, node: str) -> list[str]:
@@ -202,6 +219,13 @@ class FaultInjector:
             self.clock.jump_wall(fault.amount)
         elif fault.kind == "disk_error":
             self._fail_disk(broker_id_of(fault.a))
+        elif fault.kind == "disk_error_on_create":
+            directory = self.cluster.log_dir(broker_id_of(fault.a))
+            for name in self._upcoming():
+                blocker = directory / name
+                if not blocker.exists():
+                    blocker.write_bytes(b"not a directory\n")
+                    self._blockers.append(blocker)
 
     async def heal(self, fault: Fault) -> None:
         network = self.network
@@ -223,6 +247,15 @@ class FaultInjector:
             broker_id = broker_id_of(fault.a)
             if self.cluster.running(broker_id):
                 await self.cluster.kill(broker_id)
+            await self.restart(broker_id)
+        elif fault.kind == "disk_error_on_create":
+            broker_id = broker_id_of(fault.a)
+            for blocker in self._blockers:
+                blocker.unlink(missing_ok=True)
+            self._blockers.clear()
+            running = self.cluster.running(broker_id)
+            if running and self.cluster.nodes[broker_id].log_manager.offline_directory_ids():
+                await self.cluster.kill(broker_id)  # a dir offline stays so until a restart
             await self.restart(broker_id)
         self.note(f"healed {fault.kind} {fault.a}")
 

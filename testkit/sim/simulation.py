@@ -389,7 +389,11 @@ class _Run:
             clients=self._clients(),
             note=self.trace.note,
             incarnations=self.incarnations,
+            upcoming=self._upcoming_partitions,
         )
+
+    def _upcoming_partitions(self) -> list[str]:
+        return [n for w in self.workers if isinstance(w, TopicChurn) for n in w.upcoming()]
 
     async def _faults(self, injector: FaultInjector) -> None:
         clients = [w.name for w in self.workers if not isinstance(w, TopicChurn)]

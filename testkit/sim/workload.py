@@ -500,6 +500,10 @@ class TopicChurn(_Worker):
                 self.errors[f"delete:{type(error).__name__}"] += 1
             await self.clock.sleep(self.interval_ms / 1000)
 
+    def upcoming(self) -> list[str]:
+        """The partition directories of the next two topics this worker will create."""
+        return [f"{self.name}-{self.rounds + i}-0" for i in range(2)]
+
     async def stop(self) -> None:
         await super().stop()
         if self._producer is not None:
