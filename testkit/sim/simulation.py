@@ -66,7 +66,8 @@ from testkit.sim.workload import (
     TransactionalWorker,
     read_group_offsets,
 )
-from wire.messages import DeleteTopicsRequest
+from wire.errors import ErrorCode
+from wire.messages import DeleteTopicsRequest, DeleteTopicsResponse
 from wire.record_reader import iter_records
 from wire.records import iter_batches
 from wire.topic import TopicPartition
@@ -373,7 +374,9 @@ class _Run:
         response = await asyncio.wait_for(
             self.cluster.admin(DeleteTopicsRequest(topic_names=[topic], timeout_ms=2_000)), 5
         )
-        self.trace.note(f"deleted {topic}: {response}")
+        assert isinstance(response, DeleteTopicsResponse), response
+        codes = [ErrorCode.from_code(result.error_code).name for result in response.responses]
+        self.trace.note(f"deleted {topic}: {', '.join(codes)}")
 
     # -- faults -------------------------------------------------------------------------------
 

@@ -9,12 +9,14 @@ replays in any other process: string hashing decides the iteration order of sets
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
 import tempfile
 from pathlib import Path
 
+from runtime.reinjected import KNOWN, reinjected
 from testkit.sim.checkers import format_violations
 from testkit.sim.simulation import Result, Settings, run_seed, summarize
 
@@ -40,6 +42,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trace-lines", type=int, default=40)
     parser.add_argument("--dir", type=Path, default=None, help="where runs keep their files")
     parser.add_argument("--verbose", action="store_true", help="log warnings from the nodes")
+    parser.add_argument(
+        "--reinject",
+        choices=sorted(KNOWN),
+        default=None,
+        help="turn a known, fixed bug back on (runtime/reinjected.py): watch the checkers fail",
+    )
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.fault_ms < 0:
         parser.error("--seeds must be at least 1 and --fault-ms not negative")
@@ -52,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="ketch-sim-") as scratch:
         base = args.dir or Path(scratch)
         for seed in range(args.first, args.first + args.seeds):
-            result = run_seed(seed, base, settings)
+            with reinjected(args.reinject) if args.reinject else contextlib.nullcontext():
+                result = run_seed(seed, base, settings)
             results.append(result)
             if not result.ok:
                 print(report(result, trace_lines=args.trace_lines), flush=True)
