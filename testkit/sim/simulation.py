@@ -24,6 +24,9 @@ The run, all in simulated time:
 A failure is reported with its seed, the violations and the run's readable trace (`notes`:
 faults, heals, liveness steps, worker errors, with simulated times).
 
+Over 500 lines on purpose: one run is one story (start, workload, faults, healing, liveness,
+read-back, checks) that reads best in one place; what it drives lives in the sibling modules.
+
 Ownership: a run owns its loop, its cluster and its directory (`base_dir/seed-<seed>`, removed
 and recreated at the start).
 """

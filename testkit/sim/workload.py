@@ -28,6 +28,9 @@ goes into the run's `History` (history.py), which the checkers read:
   under a new name each round (names are never reused), while the faults run; a deleted topic
   is exempt from the final-log checks.
 
+Over 500 lines on purpose: six workers that share one client setup and one way of recording
+what they were told.
+
 Ownership: the workers run as tasks on the simulation's loop; each owns its client; `stop()`
 closes it. Errors are counted per kind in `errors` for the run's summary.
 """
