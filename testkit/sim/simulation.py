@@ -42,7 +42,7 @@ import time
 import traceback
 import zlib
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -90,8 +90,8 @@ PROPERTIES: Final[dict[str, object]] = {
     # Few coordinator partitions: each is a shard to load on every leadership move.
     "offsets.topic.num.partitions": 3,
     "transaction.state.log.num.partitions": 3,
-    # An abandoned transaction (transaction.timeout.ms 5 s here) is aborted within a second of
-    # timing out, not Kafka's 10 s.
+    # An abandoned transaction (transaction.timeout.ms 3 s here, workload.py) is aborted
+    # within a second of timing out, not Kafka's 10 s.
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": 1_000,
 }
 GROUP: Final = "sim-group"
@@ -452,8 +452,7 @@ class _Run:
         deleted = self.history.deleted_topics
         return [tp for tp in self.partitions if tp.topic not in deleted]
 
-    async def _within(self, condition: object, bound_ms: int, what: str) -> bool:
-        assert callable(condition)
+    async def _within(self, condition: Callable[[], bool], bound_ms: int, what: str) -> bool:
         try:
             await self.cluster.run_until(condition, max_ms=bound_ms, what=what)
         except AssertionError:

@@ -43,6 +43,7 @@ import logging
 import random
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from client.client import Client
 from client.config import ClientConfig, ConsumerConfig, ProducerConfig
@@ -84,6 +85,20 @@ CLIENT_CONFIG = ClientConfig(
 # A send settles (acknowledged or failed) within this much simulated time, so a worker never
 # waits out a long fault on one record.
 DELIVERY_TIMEOUT_MS = 3_000
+
+
+def _producer_config(**settings: Any) -> ProducerConfig:
+    """The workers' producer settings (no linger, short timeouts and backoffs), plus
+    `settings`."""
+    return ProducerConfig(
+        linger_ms=0,
+        request_timeout_ms=1_000,
+        delivery_timeout_ms=DELIVERY_TIMEOUT_MS,
+        max_block_ms=DELIVERY_TIMEOUT_MS,
+        retry_backoff_ms=20,
+        retry_backoff_max_ms=200,
+        **settings,
+    )
 
 
 def _new_client(
@@ -142,16 +157,7 @@ class ProducerWorker(_Worker):
         self.sent = 0
         self.producer = Producer(
             _new_client(transport, bootstrap, clock, name),
-            config=ProducerConfig(
-                acks=acks,
-                enable_idempotence=idempotent,
-                linger_ms=0,
-                request_timeout_ms=1_000,
-                delivery_timeout_ms=DELIVERY_TIMEOUT_MS,
-                max_block_ms=DELIVERY_TIMEOUT_MS,
-                retry_backoff_ms=20,
-                retry_backoff_max_ms=200,
-            ),
+            config=_producer_config(acks=acks, enable_idempotence=idempotent),
             owns_client=True,
         )
 
@@ -385,16 +391,7 @@ class TransactionalWorker(_Worker):
             _new_client(
                 self.transport, self.bootstrap, self.clock, f"{self.name}-{self.instances}"
             ),
-            config=ProducerConfig(
-                transactional_id=self.name,
-                transaction_timeout_ms=3_000,
-                linger_ms=0,
-                request_timeout_ms=1_000,
-                delivery_timeout_ms=DELIVERY_TIMEOUT_MS,
-                max_block_ms=DELIVERY_TIMEOUT_MS,
-                retry_backoff_ms=20,
-                retry_backoff_max_ms=200,
-            ),
+            config=_producer_config(transactional_id=self.name, transaction_timeout_ms=3_000),
             owns_client=True,
         )
 
