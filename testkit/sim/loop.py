@@ -9,7 +9,7 @@ replaced:
 
 * **Virtual time.** `time()` reads a counter of nanoseconds. When no callback is ready, the
   selector's `select(timeout)` does not sleep: it advances the counter to the next timer's
-  deadline at once (after polling, without waiting, the loop's own self-pipe), so a simulated
+  deadline at once (it polls no real descriptor: `_VirtualSelector.select`), so a simulated
   minute of heartbeats and timeouts runs as fast as the CPU handles its events, and the same
   program reaches the same deadlines in the same order on every machine. A loop with nothing
   ready and no timer is stuck for good: `SimulationStuck`.
@@ -61,22 +61,24 @@ class SimulationStuck(RuntimeError):
 
 
 class _VirtualSelector(selectors.DefaultSelector):
-    """Polls real descriptors without waiting; a wait becomes a jump of virtual time."""
+    """Polls nothing; a wait becomes a jump of virtual time."""
 
     def __init__(self) -> None:
         super().__init__()
         self.loop: SimulatedLoop | None = None
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        events: list[tuple[selectors.SelectorKey, int]] = super().select(0)
-        if events or timeout == 0:
-            return events
+        # No real descriptor is polled: nothing in a simulation runs on another thread
+        # (executors run inline), so the loop's self-pipe never carries a wake-up that
+        # `_ready` does not already hold, and a poll per loop turn cost a tenth of a run.
+        if timeout == 0:
+            return []
         loop = self.loop
         assert loop is not None
         if timeout is None:
             raise SimulationStuck("no callback is ready and no timer is set")
         loop.advance(math.ceil(timeout * NS_PER_S))
-        return events
+        return []
 
 
 class SimulatedLoop(asyncio.SelectorEventLoop):
