@@ -138,7 +138,11 @@ def _commit_refusal(state: ShardState, request: OffsetCommitRequest) -> ErrorCod
     if error is not None:
         return error
     assert group is not None
-    if group.is_in(GroupState.COMPLETING_REBALANCE, GroupState.PREPARING_REBALANCE):
+    # As in Kafka, a member of the current generation may commit while the group prepares a
+    # rebalance: an eager consumer commits what it processed before it rejoins (its
+    # onPartitionsRevoked), so the next owner starts there instead of reading it again. Only
+    # between the joins and the assignment (CompletingRebalance) is a commit refused.
+    if group.is_in(GroupState.COMPLETING_REBALANCE):
         return ErrorCode.REBALANCE_IN_PROGRESS
     membership.arm_session(state, group, request.member_id)  # a commit counts as a heartbeat
     return None

@@ -14,7 +14,9 @@ from tests.unit.actors.group.shard_harness import (
     beat,
     commit,
     committed,
+    join,
     leave,
+    new_member,
     result,
     stable_group,
     start_shard,
@@ -113,3 +115,25 @@ async def test_a_groups_offsets_expire_once_it_has_been_empty_for_the_retention(
     clock.advance(31_000)
     await until(lambda: "g" not in shard.groups, "group and its offsets expired")
     assert await committed(shard) == {}
+
+
+async def test_a_member_commits_while_the_group_prepares_a_rebalance_not_while_it_completes(
+    shard: GroupShard, clock: ManualClock
+) -> None:
+    """As in Kafka: an eager consumer commits what it processed before it rejoins (while the
+    group is PreparingRebalance), so the partition's next owner starts after it; between the
+    joins and the leader's assignment (CompletingRebalance) a commit is refused."""
+    generation, (a, b) = await stable_group(shard, clock, ["a", "b"])
+    _, third = await new_member(shard, "c")  # a newcomer starts a rebalance
+    assert shard.groups["g"].state is GroupState.PREPARING_REBALANCE
+    during = await result(await shard.ask(commit(generation, a, {0: 11})))
+    assert during.topics[0].partitions[0].error_code == ErrorCode.NONE
+    assert await committed(shard) == {0: 11}
+    rejoined = [await join(shard, member) for member in (a, b)]
+    await result(third)
+    for future in rejoined:
+        await result(future)
+    assert shard.groups["g"].state is GroupState.COMPLETING_REBALANCE
+    stale = await result(await shard.ask(commit(generation + 1, a, {0: 12})))
+    assert stale.topics[0].partitions[0].error_code == ErrorCode.REBALANCE_IN_PROGRESS
+    assert await committed(shard) == {0: 11}
