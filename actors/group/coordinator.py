@@ -98,7 +98,6 @@ class GroupCoordinator(PartitionRouter[GroupShard]):
         *,
         clock: Clock,
         offsets_partitions: Callable[[], int | None],
-        seed: int = 0,
     ) -> None:
         """`offsets_partitions()`: the partition count of __consumer_offsets in the broker's
         metadata, None while the topic does not exist."""
@@ -106,13 +105,10 @@ class GroupCoordinator(PartitionRouter[GroupShard]):
         self._log = log_
         self.config = config
         self._offsets_partitions = offsets_partitions
-        self._seed = seed
         self._deleted = _Deleted()
 
     def _new_shard(self, partition: int) -> GroupShard:
-        return GroupShard(
-            partition, self._log, self.config, clock=self.clock, seed=self._seed + partition
-        )
+        return GroupShard(partition, self._log, self.config, clock=self.clock)
 
     def on_partitions_deleted(self, partitions: Sequence[TopicPartition]) -> None:
         """The ReplicaManager's hook for partitions an UpdateMetadata deleted."""

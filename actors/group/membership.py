@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 
 from actors.group.messages import GroupStored, Join, JoinDeadline, SessionExpired
 from actors.group.metadata import Group, GroupState, Member
@@ -112,7 +113,10 @@ def _join_new(
         return
     member_id = request.member_id
     if member_id == "":
-        member_id = f"{message.client_id or 'member'}-{state.rng.getrandbits(64):016x}"
+        # Unique for good, as Kafka's client id + UUID: ids drawn from a generator seeded per
+        # shard repeated after a restart or a coordinator move, and a joiner could be handed
+        # the id of a member the loaded group still held (two clients as one member).
+        member_id = f"{message.client_id or 'member'}-{uuid.uuid4()}"
         if message.require_known_member_id:
             token = state.token()
             alarm = state.alarm(

@@ -57,7 +57,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 from collections.abc import Coroutine
 from typing import Any, Final
 
@@ -141,7 +140,6 @@ class GroupShard(Actor):
         config: GroupCoordinatorConfig,
         *,
         clock: Clock,
-        seed: int = 0,
     ) -> None:
         super().__init__(f"group-shard-{partition}", clock=clock)
         self.partition = partition
@@ -152,7 +150,6 @@ class GroupShard(Actor):
             name=self.name,
             config=config,
             clock=clock,
-            rng=random.Random(seed),
             alarm=self._alarm,
             write=self._write,
         )

@@ -27,7 +27,6 @@ first out), so issue order is log order.
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -77,7 +76,6 @@ class ShardState:
     name: str  # the shard's, for log lines
     config: GroupCoordinatorConfig
     clock: Clock
-    rng: random.Random  # member ids, seeded so tests replay
     alarm: Callable[[int, object], Alarm]  # tell the shard `message` after `after_ms`
     write: Callable[[bytes, AfterWrite], None]  # append `batch`, then tell what AfterWrite says
     groups: dict[str, Group] = field(default_factory=dict)

@@ -307,7 +307,6 @@ class BrokerNode:
             config.groups,
             clock=clock,
             offsets_partitions=self._offsets_partitions,
-            seed=self.broker_id,
         )
         # Sends only to named leaders (never bootstraps): any address satisfies the client.
         self._marker_client = Client(

@@ -29,7 +29,6 @@ from wire.messages import (
 from wire.records import iter_batches, patch_batch, read_header
 
 T = TypeVar("T")
-SEED = 11
 SESSION_MS = 10_000
 CONFIG = GroupCoordinatorConfig(
     group_initial_rebalance_delay_ms=100,
@@ -121,7 +120,7 @@ async def until(condition: Callable[[], bool], what: str) -> None:
         if condition():
             return
         await asyncio.sleep(0)
-    raise AssertionError(f"never happened: {what} (seed={SEED})")
+    raise AssertionError(f"never happened: {what}")
 
 
 async def turns(count: int = 100) -> None:
@@ -136,7 +135,7 @@ async def result(future: asyncio.Future[T]) -> T:
 
 
 async def start_shard(clock: ManualClock, offsets_log: MemoryOffsetsLog) -> GroupShard:
-    shard = GroupShard(0, offsets_log, CONFIG, clock=clock, seed=SEED)
+    shard = GroupShard(0, offsets_log, CONFIG, clock=clock)
     await shard.start()
     await until(lambda: not shard.loading, "loaded")
     return shard

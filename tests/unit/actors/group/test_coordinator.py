@@ -52,9 +52,7 @@ async def coordinator(
     offsets_log: MemoryOffsetsLog,
 ) -> AsyncIterator[tuple[GroupCoordinator, ManualClock]]:
     clock = ManualClock()
-    router = GroupCoordinator(
-        offsets_log, CONFIG, clock=clock, offsets_partitions=lambda: 1, seed=3
-    )
+    router = GroupCoordinator(offsets_log, CONFIG, clock=clock, offsets_partitions=lambda: 1)
     await router.start()
     yield router, clock
     await router.stop()
@@ -157,7 +155,7 @@ async def router_of(
     kind: type[GroupCoordinator] = GroupCoordinator,
 ) -> AsyncIterator[tuple[GroupCoordinator, ManualClock]]:
     clock = ManualClock()
-    router = kind(offsets_log, config, clock=clock, offsets_partitions=lambda: partitions, seed=3)
+    router = kind(offsets_log, config, clock=clock, offsets_partitions=lambda: partitions)
     await router.start()
     try:
         yield router, clock

@@ -11,7 +11,6 @@ from actors.group.shard import GroupShard, Join
 from runtime.clock import ManualClock
 from tests.unit.actors.group.shard_harness import (
     CONFIG,
-    SEED,
     SESSION_MS,
     MemoryOffsetsLog,
     beat,
@@ -143,7 +142,6 @@ async def test_without_an_initial_delay_a_lone_member_is_answered_at_once(
         offsets_log,
         GroupCoordinatorConfig(group_initial_rebalance_delay_ms=0, group_min_session_timeout_ms=1),
         clock=clock,
-        seed=SEED,
     )
     await shard.start()
     try:

@@ -125,7 +125,7 @@ async def test_a_member_commits_while_the_group_prepares_a_rebalance_not_while_i
     joins and the leader's assignment (CompletingRebalance) a commit is refused."""
     generation, (a, b) = await stable_group(shard, clock, ["a", "b"])
     _, third = await new_member(shard, "c")  # a newcomer starts a rebalance
-    assert shard.groups["g"].state is GroupState.PREPARING_REBALANCE
+    assert shard.groups["g"].is_in(GroupState.PREPARING_REBALANCE)
     during = await result(await shard.ask(commit(generation, a, {0: 11})))
     assert during.topics[0].partitions[0].error_code == ErrorCode.NONE
     assert await committed(shard) == {0: 11}
@@ -133,7 +133,7 @@ async def test_a_member_commits_while_the_group_prepares_a_rebalance_not_while_i
     await result(third)
     for future in rejoined:
         await result(future)
-    assert shard.groups["g"].state is GroupState.COMPLETING_REBALANCE
+    assert shard.groups["g"].is_in(GroupState.COMPLETING_REBALANCE)
     stale = await result(await shard.ask(commit(generation + 1, a, {0: 12})))
     assert stale.topics[0].partitions[0].error_code == ErrorCode.REBALANCE_IN_PROGRESS
     assert await committed(shard) == {0: 11}

@@ -11,7 +11,6 @@ from actors.group.shard import Describe, GroupShard, ListAll
 from runtime.clock import ManualClock
 from tests.unit.actors.group.shard_harness import (
     CONFIG,
-    SEED,
     MemoryOffsetsLog,
     beat,
     commit,
@@ -41,7 +40,7 @@ async def test_a_new_leader_loads_groups_and_offsets(
     )
 
     offsets_log.read_gate = asyncio.Event()
-    successor = GroupShard(0, offsets_log, CONFIG, clock=clock, seed=SEED + 1)
+    successor = GroupShard(0, offsets_log, CONFIG, clock=clock)
     await successor.start()
     try:
         await asyncio.sleep(0)
@@ -70,3 +69,22 @@ async def test_unloading_answers_waiting_members_not_coordinator(
     await shard.stop()
     answer = await result(pending)
     assert (answer.error_code, answer.member_id) == (ErrorCode.NOT_COORDINATOR, member_id)
+
+
+async def test_a_reloaded_shard_never_hands_out_an_id_its_loaded_group_holds(
+    shard: GroupShard, clock: ManualClock, offsets_log: MemoryOffsetsLog
+) -> None:
+    """Member ids are unique across shard instances (client id + UUID, as Kafka): the same
+    broker loading the partition again (a restart, leadership back) once drew the same ids in
+    the same order, so a joiner could get the id of a member still in the loaded group."""
+    _, (a,) = await stable_group(shard, clock, ["a"])
+    await shard.stop()
+    successor = await start_shard(clock, offsets_log)
+    try:
+        assert list(successor.groups["g"].members) == [a]
+        joiner, pending = await new_member(successor, "a")
+        assert joiner != a
+        assert set(successor.groups["g"].members) == {a, joiner}
+        pending.cancel()
+    finally:
+        await successor.stop()
