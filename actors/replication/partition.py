@@ -651,8 +651,15 @@ class PartitionActor(Actor):
                 # backs off and refetches (there is no closer Kafka code for this).
                 return FollowerAppendResult(ErrorCode.UNKNOWN_SERVER_ERROR)
             old_high_watermark = self._log.high_watermark
-            # A follower's HW is the leader's, bounded by what it holds itself.
-            high_watermark = self._log.update_high_watermark(message.leader_high_watermark)
+            # A follower's HW is the leader's, bounded by what it holds itself, and never lowered
+            # by an answer: a former leader keeps the HW it committed, since the new leader came
+            # from its ISR and holds everything below it (only a truncation lowers it). Kafka
+            # would step back to the new leader's lagging HW until that catches up, so a reader
+            # of this replica could see committed records vanish for a while (the simulator's
+            # high_watermark_monotonic found it, seed 1173).
+            high_watermark = self._log.update_high_watermark(
+                max(message.leader_high_watermark, old_high_watermark)
+            )
             new_start = min(message.leader_log_start_offset, high_watermark)
             if new_start > self._log.log_start_offset:
                 self._log.maybe_increment_log_start_offset(new_start)

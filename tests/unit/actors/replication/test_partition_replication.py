@@ -390,6 +390,26 @@ async def test_follower_append_takes_leader_hw_and_log_start(brokers: Brokers) -
     assert on_leader.error is ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
+async def test_a_former_leader_keeps_its_high_watermark_as_a_follower(brokers: Brokers) -> None:
+    """The new leader's HW lags the old one's after an election; the old leader, now a follower,
+    keeps the HW it committed instead of stepping back to the lagging one."""
+    leader = await brokers.open(1)
+    follower = await brokers.open(2)
+    await leader.actor.ask(BecomeLeader(state(1, 0, (1, 2), replicas=(1, 2))))
+    await follower.actor.ask(BecomeFollower(state(1, 0, (1, 2), replicas=(1, 2))))
+    await produce(leader, 3)
+    await replicate(leader, follower)  # the follower has 3 records, its HW is still 0
+    await replicate(leader, follower)  # the leader's HW reached 3, not yet the follower's
+    assert leader.actor.view.high_watermark.message_offset == 3
+    assert follower.actor.view.high_watermark.message_offset == 3
+    await follower.actor.ask(BecomeLeader(state(2, 1, (2, 1), replicas=(1, 2))))
+    await leader.actor.ask(BecomeFollower(state(2, 1, (2, 1), replicas=(1, 2))))
+    lagging = await leader.actor.ask(AppendAsFollower(b"", 1, 0, fetch_leader_epoch=1))
+    assert lagging.error is ErrorCode.NONE, lagging
+    assert lagging.high_watermark == 3
+    assert leader.actor.view.high_watermark.message_offset == 3
+
+
 # -- KIP-101 ------------------------------------------------------------------------------------
 
 
