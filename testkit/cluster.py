@@ -19,6 +19,11 @@ A broker may have several log dirs (`log_dirs_per_broker`, for tests of one fail
 the layout's, the others sit beside it as ``broker-<id>.<n>``, where the tools that read the
 layout do not look.
 
+Each node's work runs in a context of its own (`testkit.sim.loop.node_context`, named as the
+node is on the network): the controller's and each broker's start (and so every task they
+start) runs in a task made in it, so a `SimulatedLoop` can freeze one node as SIGSTOP would. On
+any other loop the context is only carried along.
+
 Ownership: everything runs on the caller's event loop. The harness reads the controller's model
 and the brokers' published views to decide when a condition holds; it never mutates them.
 """
@@ -28,9 +33,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from actors.controller.messages import ControllerConfig
 from actors.views import Role
@@ -43,6 +48,7 @@ from runtime.clock import Clock, ManualClock, SystemClock
 from runtime.net.memory import LinkConfig, MemoryNetwork
 from runtime.net.tcp import TcpTransport
 from runtime.net.transport import Address, Transport
+from testkit.sim.loop import node_context
 from wire.errors import ErrorCode
 from wire.messages import (
     CreatableReplicaAssignment,
@@ -178,7 +184,7 @@ class Cluster:
     async def start(self) -> None:
         """The controller, then each broker in turn, each waited for until it has registered.
         A start that fails stops what it started (a benchmark's cluster must not linger)."""
-        await self.controller.start()
+        await _as_node(CONTROLLER_NODE, self.controller.start)
         try:
             for broker_id in self.broker_ids:
                 await self._start_node(broker_id)
@@ -194,14 +200,19 @@ class Cluster:
             "log.dirs": ",".join(str(d) for d in self.log_dirs(broker_id)),
             "listeners": f"{LISTENER}://{self._address_for(name)}",
         }
-        node = BrokerNode(
-            BrokerConfig.from_properties(properties),
-            transport=self._transport_for(name),
-            clock=self.clock,
-            cluster_secret=SECRET,
-            controller=self.controller.address,
-        )
-        await node.start()
+
+        async def launch() -> BrokerNode:
+            node = BrokerNode(
+                BrokerConfig.from_properties(properties),
+                transport=self._transport_for(name),
+                clock=self.clock,
+                cluster_secret=SECRET,
+                controller=self.controller.address,
+            )
+            await node.start()
+            return node
+
+        node = await _as_node(name, launch)
         self.nodes[broker_id] = node
         await self.run_until(
             lambda: self._registered(broker_id),
@@ -233,7 +244,7 @@ class Cluster:
         """A new controller process over the same metadata log (the old one stops first)."""
         await self.controller.stop()
         self.controller = self._controller_node()
-        await self.controller.start()
+        await _as_node(CONTROLLER_NODE, self.controller.start)
 
     # -- topics ------------------------------------------------------------------------------
 
@@ -435,6 +446,12 @@ async def tcp_cluster(
             yield cluster
         finally:
             await cluster.stop()
+
+
+async def _as_node(name: str, start: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """`await start()` as node `name`'s work (module docstring): in a task of the node's own
+    context, so every task it starts is the node's too."""
+    return await asyncio.get_running_loop().create_task(start(), context=node_context(name))
 
 
 async def _let_loop_run(rounds: int = 20) -> None:

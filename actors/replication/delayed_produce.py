@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from actors.views import NO_LEADERSHIP, PartitionView, Role, TopicPartitionKey, WatchKind
+from runtime import reinjected
 from runtime.purgatory import DelayedOperation
 from wire.errors import ErrorCode
 from wire.messages import PartitionProduceResponse, ProduceResponse, TopicProduceResponse
@@ -82,7 +83,10 @@ def acks_outcome(status: ProducePartitionStatus, view: PartitionView | None) -> 
         return ErrorCode.NOT_LEADER_OR_FOLLOWER
     if view.high_watermark.message_offset < status.required_offset:
         return None
-    if len(view.maximal_isr) < status.min_insync_replicas:
+    if (
+        len(view.maximal_isr) < status.min_insync_replicas
+        and reinjected.ISR_SHRINK_IGNORES_MIN_INSYNC_REPLICAS not in reinjected.REINJECTED
+    ):  # the bug (runtime/reinjected.py), looked up only when the answer would be refused
         return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
     return ErrorCode.NONE
 

@@ -31,6 +31,7 @@ from typing import Final
 from actors.replication.alter_partition import IsrProposal, IsrProposalResult
 from actors.replication.partition_messages import ACKS_ALL
 from actors.replication.replica_state import RemoteReplica
+from runtime import reinjected
 from runtime.log.offsets import LogOffsetMetadata
 from wire.errors import ErrorCode
 
@@ -55,7 +56,12 @@ def enough_replicas_for_append(
     min.insync.replicas members in `counted_isr`. The partition passes its committed ISR, as
     Kafka's appendRecordsToLeader does: a replica whose expansion is still pending may yet be
     refused by the controller, so it must not admit a write."""
-    return required_acks != ACKS_ALL or len(counted_isr) >= min_insync_replicas
+    return (
+        required_acks != ACKS_ALL
+        or len(counted_isr) >= min_insync_replicas
+        # The bug (runtime/reinjected.py), looked up only when the append would be refused.
+        or reinjected.ISR_SHRINK_IGNORES_MIN_INSYNC_REPLICAS in reinjected.REINJECTED
+    )
 
 
 # -- joining and leaving --------------------------------------------------------------------------

@@ -26,6 +26,12 @@ network-wide default):
 * `lose_next(src, dst)`: the next chunk `src` sends to `dst` resets its connection instead of
   arriving. Sent by a server to a client, that is a lost answer: the request was applied, the
   client never learns it and retries on a new connection.
+* `lose_answer(asker, answerer, is_request)`: the answer to the next chunk `asker` sends
+  `answerer` that `is_request(chunk)` recognises is lost: the next chunk `answerer` sends back on
+  that connection resets it (the answer itself, or one to an earlier request queued before it;
+  either way the asker never gets that answer). The network sees bytes only; the caller knows the
+  protocol and tells a request it wants by its first bytes (ketch's clients send one frame per
+  chunk). Armed until such a request comes, or `heal_all()`.
 * `tracer`, when set, is called with every chunk accepted for sending, in order; a simulation
   compares two runs' traces to prove they were the same run.
 
@@ -35,11 +41,23 @@ beyond that, so a reader that stops reading pushes back on its peer as through a
 Addresses are names, not sockets: `listen(Address("broker-0", 9092), ...)` registers that exact
 address network-wide, port 0 picks a free port from a counter, and a client's end is named
 `<node>:<ephemeral port>`.
+
+Whose work is what (`contextvars`): a listener's connection handlers run in a copy of the
+context the listener was created in, not in the connecting peer's (`connect()` starts the
+handler from the client's side), and a delivery after a link's delay runs in an empty context of
+its own, not in the sender's. A simulation that tells nodes apart by a context variable
+(testkit/sim/loop.py freezes a node's work) so sees a handler as the listening node's, and a
+chunk in flight as nobody's: it arrives while its sender is frozen, as from a stopped process's
+socket buffer. Elsewhere nothing reads those contexts.
+
+Over 500 lines on purpose: the pipes, the connections and the network's fault controls are one
+model of TCP behaviour (ordering, back-pressure, resets, black holes) that reads best in one place.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import logging
 import random
@@ -230,7 +248,7 @@ class MemoryStream:
 
 
 class MemoryListener:
-    __slots__ = ("_address", "_closed", "_network", "node", "on_stream", "tasks")
+    __slots__ = ("_address", "_closed", "_context", "_network", "node", "on_stream", "tasks")
 
     def __init__(
         self, network: MemoryNetwork, node: str, address: Address, on_stream: StreamHandler
@@ -240,6 +258,8 @@ class MemoryListener:
         self._closed = False
         self.node = node
         self.on_stream = on_stream
+        # The listening node's context, for its handlers (module docstring).
+        self._context = contextvars.copy_context()
         # Insertion-ordered (dicts as sets): the order they are closed or woken in is part of a
         # run, and a seeded simulation must replay it (a set of objects orders them by address).
         self.tasks: dict[asyncio.Task[None], None] = {}
@@ -249,7 +269,10 @@ class MemoryListener:
         return self._address
 
     def spawn(self, stream: MemoryStream) -> None:
-        task = asyncio.get_running_loop().create_task(self._run(stream))
+        # A copy per handler: each task owns its context, as one created in the listener's.
+        task = asyncio.get_running_loop().create_task(
+            self._run(stream), context=self._context.copy()
+        )
         self.tasks[task] = None
         task.add_done_callback(lambda done: self.tasks.pop(done, None))
 
@@ -304,6 +327,10 @@ class MemoryNetwork:
         self._partitions: set[frozenset[str]] = set()
         self._one_way: set[tuple[str, str]] = set()  # (src, dst) held in that direction only
         self._lose_next: set[tuple[str, str]] = set()
+        # (asker, answerer) -> the test of the request whose answer to lose; and the pipes whose
+        # next chunk is such an answer.
+        self._lose_answers: dict[tuple[str, str], Callable[[bytes], bool]] = {}
+        self._answers_to_lose: set[_Pipe] = set()
         # Called with (src, dst, chunk or None for a FIN) for every chunk accepted for sending.
         self.tracer: Callable[[str, str, bytes | None], None] | None = None
         self._heal_waiters: dict[frozenset[str], list[asyncio.Future[None]]] = {}
@@ -358,6 +385,10 @@ class MemoryNetwork:
         """The next chunk `src` sends to `dst` resets its connection instead (module doc)."""
         self._lose_next.add((src, dst))
 
+    def lose_answer(self, asker: str, answerer: str, is_request: Callable[[bytes], bool]) -> None:
+        """Lose the answer to the next request `is_request` recognises (module doc)."""
+        self._lose_answers[(asker, answerer)] = is_request
+
     def heal(self, a: str, b: str) -> None:
         """Undo every cut between `a` and `b`, both kinds, both directions."""
         key = _link_key(a, b)
@@ -384,6 +415,8 @@ class MemoryNetwork:
         for a, b in sorted(pairs):
             self.heal(a, b)
         self._lose_next.clear()
+        self._lose_answers.clear()
+        self._answers_to_lose.clear()
 
     def kill(self, a: str, b: str | None = None) -> int:
         """Reset every connection between `a` and `b` (every one of `a` if b is None)."""
@@ -476,10 +509,27 @@ class MemoryNetwork:
                 _log.debug("link %s->%s lost an answer: resetting", pipe.src, pipe.dst)
                 self._reset(pipe.connection)
                 return
+            if (self._lose_answers or self._answers_to_lose) and self._loses_answer(pipe, chunk):
+                return
         if self._holds(pipe.src, pipe.dst):
             pipe.held.append(chunk)
             return
         self._schedule(pipe, chunk)
+
+    def _loses_answer(self, pipe: _Pipe, chunk: bytes) -> bool:
+        """`lose_answer`'s part of `transmit`: True when `chunk` is lost (its connection reset)."""
+        if pipe in self._answers_to_lose:
+            self._answers_to_lose.discard(pipe)
+            _log.debug("link %s->%s lost an answer: resetting", pipe.src, pipe.dst)
+            self._reset(pipe.connection)
+            return True
+        is_request = self._lose_answers.get((pipe.src, pipe.dst))
+        if is_request is not None and is_request(chunk):
+            del self._lose_answers[(pipe.src, pipe.dst)]
+            connection = pipe.connection
+            back = connection.b_to_a if pipe is connection.a_to_b else connection.a_to_b
+            self._answers_to_lose.add(back)
+        return False
 
     def end_closed(self, connection: _Connection) -> None:
         connection.open_ends -= 1
@@ -515,8 +565,11 @@ class MemoryNetwork:
     def _arm(self, pipe: _Pipe) -> None:
         # One alarm per pipe, for the head chunk only: deliveries cannot reorder even on a clock
         # whose equal deadlines fire in arbitrary order.
+        # In a context of its own, not the sender's: a delivery is nobody's work (module doc).
         deliver_ns = pipe.in_transit[0][0]
-        pipe.alarm = self.clock.call_at_ns(deliver_ns, lambda: self._on_alarm(pipe))
+        pipe.alarm = contextvars.Context().run(
+            self.clock.call_at_ns, deliver_ns, lambda: self._on_alarm(pipe)
+        )
 
     def _on_alarm(self, pipe: _Pipe) -> None:
         pipe.alarm = None

@@ -17,6 +17,16 @@ acknowledged_offsets_unique
     An offset is assigned once in a partition's history; only the uncommitted tail above the HW
     may be truncated and reused, and an acks=all answer comes after its offset is committed, so
     two acks=all answers cannot name one offset with different values.
+acks_all_held_by_min_insync_replicas
+    What acks=all with min.insync.replicas promises: the leader answers only once its whole ISR
+    holds the write (the HW passed it) and that ISR has at least min.insync.replicas members
+    (refused before the append, NOT_ENOUGH_REPLICAS_AFTER_APPEND after it). A follower counts
+    only after a fetch showed its log past the write, and the leader holds it from its append.
+    So at some quiescent point between the send and the answer, at least min.insync.replicas
+    running replicas' logs reached past the write's offset. Judged from the observer's samples
+    of each replica's own log end (`LogEnd`), not from the leader's bookkeeping; a replica stops
+    counting when its broker stops (-1). Log ends say nothing of what is at the offset, so a
+    stale replica past it counts too: the check can miss a violation, never invent one.
 no_duplicates_from_idempotent_producers
     The leader keeps each producer's last sequence numbers (and moves them to a new leader in the
     log), so a retried batch is answered with its first offset instead of appended again. Copies
@@ -39,13 +49,17 @@ isr_never_empty
     -1) and a leader is always a member of its ISR.
 controller_epochs_monotonic
     A new active controller always has a higher epoch than the one before it.
+group_generations_fenced
+    A consumer group's coordinator hands out each generation once, with one assignment (the
+    leader's) for all its members, and fences commits by generation: once a generation has been
+    assigned, the coordinator's state (durable before it answers SyncGroup) refuses older ones.
 
 Final-log checks skip topics the workload deleted and offsets below the final leader's log start
 offset (records below it were removed by retention or DeleteRecords, not lost).
 
 Stateless: every function reads only its argument.
 
-Over 500 lines on purpose: eleven invariants, each with the reasoning that makes it hold,
+Over 500 lines on purpose: a dozen invariants, each with the reasoning that makes it hold,
 kept in the one list the runner applies.
 """
 
@@ -57,7 +71,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from testkit.sim.history import ACKS_ALL, History, IsrChange, Read, ReplicaState
+from testkit.sim.history import ACKS_ALL, History, IsrChange, LogEnd, Read, ReplicaState
 from wire.topic import TopicPartition
 
 _SHOWN_BYTES: Final = 32  # a value longer than this is cut in messages
@@ -163,6 +177,77 @@ def acknowledged_offsets_unique(history: History) -> list[Violation]:
             )
             violations.append(Violation(name, message, ack.at_ns))
     return violations
+
+
+def acks_all_held_by_min_insync_replicas(history: History) -> list[Violation]:
+    name = "acks_all_held_by_min_insync_replicas"
+    deleted_at: dict[str, int] = {}
+    for deleted in history.topic_deletions:
+        deleted_at.setdefault(deleted.topic, deleted.at_ns)
+    by_tp: dict[TopicPartition, list[LogEnd]] = {}
+    for sample in history.log_ends:
+        by_tp.setdefault(sample.tp, []).append(sample)
+    holdings: dict[TopicPartition, _Holdings] = {}
+    violations: list[Violation] = []
+    for ack in history.acks:
+        required = history.min_insync_replicas.get(ack.tp.topic)
+        if ack.acks != ACKS_ALL or ack.offset < 0 or required is None:
+            continue
+        if deleted_at.get(ack.tp.topic, ack.at_ns + 1) <= ack.at_ns:
+            continue  # answered while its topic was being deleted: its replicas were going
+        if ack.tp not in holdings:
+            holdings[ack.tp] = _Holdings(by_tp.get(ack.tp, []))
+        since = min(history.attempted_at.get(ack.value, 0), ack.at_ns)
+        held = holdings[ack.tp].most_holders(ack.offset, since, ack.at_ns, enough=required)
+        if len(held) >= required:
+            continue
+        message = (
+            f"{ack.tp} offset {ack.offset}: {ack.producer}'s acks=all write {_show(ack.value)} "
+            f"was acknowledged, but at most {len(held)} replica(s) {sorted(held)} held it at "
+            f"once between its send ({since} ns) and its answer (min.insync.replicas {required})"
+        )
+        violations.append(Violation(name, message, ack.at_ns))
+    return violations
+
+
+class _Holdings:
+    """One partition's log-end samples, to ask how many replicas held an offset at once."""
+
+    def __init__(self, samples: Sequence[LogEnd]) -> None:
+        # The observer appends in time order; sorted again (stably) for hand-built histories.
+        self._samples = sorted(samples, key=lambda sample: sample.at_ns)
+        self._times = [sample.at_ns for sample in self._samples]
+        self._replicas: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
+        for sample in self._samples:
+            times, ends = self._replicas.setdefault((sample.broker, sample.incarnation), ([], []))
+            times.append(sample.at_ns)
+            ends.append(sample.log_end_offset)
+
+    def most_holders(self, offset: int, since_ns: int, until_ns: int, *, enough: int) -> set[int]:
+        """The largest set of brokers whose replicas' logs all reached past `offset` at one
+        sample in [`since_ns`, `until_ns`] (the first found of `enough` brokers, if any)."""
+        ends: dict[tuple[int, int], int] = {}
+        for replica, (times, values) in self._replicas.items():
+            at = bisect.bisect_right(times, since_ns) - 1
+            ends[replica] = values[at] if at >= 0 else -1
+        best = _holders(ends, offset)
+        index = bisect.bisect_right(self._times, since_ns)
+        while len(best) < enough and index < len(self._times) and self._times[index] <= until_ns:
+            stamp = self._times[index]
+            while index < len(self._times) and self._times[index] == stamp:
+                sample = self._samples[index]
+                ends[(sample.broker, sample.incarnation)] = sample.log_end_offset
+                index += 1
+            held = _holders(ends, offset)
+            if len(held) > len(best):
+                best = held
+        return best
+
+
+def _holders(ends: dict[tuple[int, int], int], offset: int) -> set[int]:
+    # Brokers, not replicas: one broker's incarnations never hold at once (the observer closes
+    # an incarnation with -1 before its next one is seen), and a broker counts once anyway.
+    return {broker for (broker, _), end in ends.items() if end > offset}
 
 
 def no_duplicates_from_idempotent_producers(history: History) -> list[Violation]:
@@ -444,6 +529,60 @@ def committed_offsets_kept(history: History) -> list[Violation]:
     return violations
 
 
+def group_generations_fenced(history: History) -> list[Violation]:
+    """A consumer group's generations keep its members apart: one generation gives each
+    partition to at most one member, and once any member has been assigned generation g, the
+    coordinator accepts no commit of an older generation sent after that (the coordinator
+    answered that SyncGroup from generation g, and wrote the group's state durably first, so
+    even a coordinator that took over knows g: a commit from before is a zombie's)."""
+    name = "group_generations_fenced"
+    owners: dict[tuple[str, int, TopicPartition], str] = {}
+    first_assigned: dict[str, list[tuple[int, int]]] = {}  # group -> (at_ns, generation)
+    violations: list[Violation] = []
+    for assignment in history.group_assignments:
+        first_assigned.setdefault(assignment.group, []).append(
+            (assignment.at_ns, assignment.generation)
+        )
+        for tp in assignment.partitions:
+            key = (assignment.group, assignment.generation, tp)
+            owner = owners.setdefault(key, assignment.member)
+            if owner != assignment.member:
+                message = (
+                    f"group {assignment.group} generation {assignment.generation}: {tp} "
+                    f"assigned to both {owner} and {assignment.member}"
+                )
+                violations.append(Violation(name, message, assignment.at_ns))
+    newest_by: dict[str, tuple[list[int], list[int]]] = {}  # group -> (times, newest so far)
+    for group, assigned in first_assigned.items():
+        times: list[int] = []
+        newest: list[int] = []
+        highest = -1
+        for at_ns, generation in sorted(assigned):
+            highest = max(highest, generation)
+            times.append(at_ns)
+            newest.append(highest)
+        newest_by[group] = (times, newest)
+    sent_at: dict[tuple[str, str, int, TopicPartition, int], int] = {}
+    for commit in history.offset_commits:
+        if commit.generation < 0:
+            continue  # a simple consumer's: no generation to fence
+        commit_key = (commit.group, commit.member, commit.generation, commit.tp, commit.offset)
+        if not commit.acknowledged:
+            sent_at[commit_key] = commit.at_ns
+            continue
+        times, newest = newest_by.get(commit.group, ([], []))
+        sent = sent_at.get(commit_key, commit.at_ns)
+        index = bisect.bisect_left(times, sent) - 1  # assignments strictly before the send
+        if index >= 0 and newest[index] > commit.generation:
+            message = (
+                f"group {commit.group} {commit.tp}: commit of {commit.offset} by "
+                f"{commit.member} in generation {commit.generation} accepted, though "
+                f"generation {newest[index]} had been assigned before it was sent"
+            )
+            violations.append(Violation(name, message, commit.at_ns))
+    return violations
+
+
 def transactions_all_or_nothing(history: History) -> list[Violation]:
     """Exactly-once through transactions, as a read_committed consumer sees it at the end: a
     transaction whose commit was acknowledged is visible whole, one whose abort was is not
@@ -485,6 +624,7 @@ ALL_CHECKERS: Final[dict[str, Checker]] = {
     for checker in (
         acknowledged_writes_kept,
         acknowledged_offsets_unique,
+        acks_all_held_by_min_insync_replicas,
         no_duplicates_from_idempotent_producers,
         reads_match_the_log,
         replicas_agree_below_the_high_watermark,
@@ -493,6 +633,7 @@ ALL_CHECKERS: Final[dict[str, Checker]] = {
         isr_never_empty,
         controller_epochs_monotonic,
         committed_offsets_kept,
+        group_generations_fenced,
         transactions_all_or_nothing,
     )
 }

@@ -13,12 +13,22 @@ meets several kinds. The kinds, and what each does in the one-process cluster:
   lost and its connection reset: the request was applied, the answer never arrives, the sender
   retries (the "duplicate delivery" a network makes of a request; TCP itself neither duplicates
   nor reorders within one connection).
+* `lost_alter_partition_answer` (in `OPTIONAL_KINDS`, not `KINDS`: a run uses it only when its
+  settings name it): the answer to the next AlterPartition request a broker sends the controller
+  is lost with its connection (`MemoryNetwork.lose_answer`, which recognises the request by its
+  API key). It stays armed until that broker next proposes an ISR change (some later fault moves
+  an ISR) or the faults end. A plain `lost_answer` from the controller nearly always hits a
+  heartbeat's answer, as AlterPartition requests are rare and brief. Not in `KINDS` because a
+  kind added there redraws every seed's plan.
 * `partition`: two nodes cannot reach each other; `one_way`: only what the first sends to the
   second is held; `isolate`: one node from every other node and client.
-* `pause`: a node freezes past `replica.lag.time.max.ms` and the session timeout. In one process
-  its tasks cannot be stopped, so the others see what they would of a paused process: nothing
-  from it, and what it sent held and delivered when it resumes (its own timers keep running:
-  a difference from a real SIGSTOP, said here so the trace is read right).
+* `pause`: a broker or the controller is frozen (SIGSTOP) past `replica.lag.time.max.ms` and
+  the session timeout, then thawed (SIGCONT): the simulated loop runs none of its callbacks,
+  tasks or timers meanwhile (testkit/sim/loop.py). Its connections stay open: what others send
+  it waits unread (a sender blocks once its buffer is full), what it had sent still arrives.
+  When it resumes, every timer that expired fires at once, after the work that had queued up,
+  and it acts on a world that went on without it (a leader fenced and replaced, its session
+  expired).
 * `crash`: kill a broker (links cut, tasks stopped, no flush) and restart it from its files
   after the hold. Its unflushed tail (past each log's recovery point: Kafka acknowledges before
   fsync) is torn at a random byte, but only when every other broker is running and in every
@@ -56,9 +66,15 @@ from pathlib import Path
 from testkit.cluster import Cluster
 from testkit.disk import fail_log_writes
 from testkit.sim.loop import SimClock
+from wire.envelope import decode_request
+from wire.errors import ProtocolError
+from wire.frames import FrameDecoder
+from wire.messages import AlterPartitionRequest
 from wire.records import iter_batches
 
 log = logging.getLogger(__name__)
+
+OPTIONAL_KINDS = ("lost_alter_partition_answer",)
 
 KINDS = (
     "delay",
@@ -118,11 +134,13 @@ def plan_faults(
         elif kind == "drop":
             amount = rng.randrange(20, 300)
         elif kind == "lost_answer":
-            # A broker's answer to a client, the controller's to a broker (AlterPartition,
-            # registration, heartbeats) or a leader's to a follower (fetches).
+            # A broker's answer to a client, or the controller's to a broker (AlterPartition,
+            # registration, heartbeats) or to a client (its admin requests).
             source = rng.choice([*brokers, controller])
             targets = brokers + clients if source == controller else clients
             a, b, hold = source, rng.choice([t for t in targets if t != source]), 0
+        elif kind == "lost_alter_partition_answer":
+            a, b, hold = controller, rng.choice(brokers), 0  # the controller's answer to b
         elif kind == "crash_two":
             a, b = rng.sample(brokers, 2)
             amount = rng.randrange(0, 600)
@@ -134,7 +152,9 @@ def plan_faults(
             "disk_error",
             "disk_error_on_create",
         ):
-            a, b = rng.choice(brokers), ""
+            # The controller pauses too (a SIGSTOP stops any process); it does not crash or
+            # lose a disk here: controller_crash is its crash.
+            a, b = rng.choice(nodes if kind == "pause" else brokers), ""
             if kind == "pause":
                 hold = pause_ms + rng.randrange(0, 1_000)
             elif kind == "disk_error_on_create":
@@ -147,6 +167,22 @@ def plan_faults(
         faults.append(Fault(at, kind, hold, a, b, amount))
         at += hold + rng.randrange(100, 800)
     return faults
+
+
+def is_request(api_key: int) -> Callable[[bytes], bool]:
+    """Whether a chunk starts with a whole request frame of `api_key` (ketch's clients send one
+    frame per chunk, so a request is recognised from the chunk that carries it)."""
+
+    def test(chunk: bytes) -> bool:
+        decoder = FrameDecoder()
+        decoder.feed(chunk)
+        try:
+            frame = decoder.next_frame()
+            return frame is not None and decode_request(frame).api_key == api_key
+        except ProtocolError:
+            return False
+
+    return test
 
 
 def broker_id_of(node: str) -> int:
@@ -195,13 +231,17 @@ class FaultInjector:
             network.set_link(fault.a, fault.b, drop_probability=fault.amount / 1000)
         elif fault.kind == "lost_answer":
             network.lose_next(fault.a, fault.b)
+        elif fault.kind == "lost_alter_partition_answer":
+            network.lose_answer(fault.b, fault.a, is_request(AlterPartitionRequest.API_KEY))
         elif fault.kind == "partition":
             network.partition(fault.a, fault.b)
         elif fault.kind == "one_way":
             network.partition(fault.a, fault.b, one_way=True)
-        elif fault.kind in ("isolate", "pause"):
+        elif fault.kind == "isolate":
             for other in self._everyone_but(fault.a):
                 network.partition(fault.a, other)
+        elif fault.kind == "pause":
+            self.clock.loop.freeze(fault.a)
         elif fault.kind == "crash":
             await self._crash(broker_id_of(fault.a))
         elif fault.kind == "crash_two":
@@ -233,9 +273,11 @@ class FaultInjector:
             network.set_link(fault.a, fault.b)
         elif fault.kind in ("partition", "one_way"):
             network.heal(fault.a, fault.b)
-        elif fault.kind in ("isolate", "pause"):
+        elif fault.kind == "isolate":
             for other in self._everyone_but(fault.a):
                 network.heal(fault.a, other)
+        elif fault.kind == "pause":
+            self.clock.loop.thaw(fault.a)
         elif fault.kind in ("crash", "controlled_shutdown"):
             await self.restart(broker_id_of(fault.a))
         elif fault.kind == "crash_two":

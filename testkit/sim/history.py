@@ -88,6 +88,21 @@ class HighWatermark:
 
 
 @dataclass(frozen=True, slots=True)
+class LogEnd:
+    """A sample of one replica's log end offset (its next offset), as its own log knew it at the
+    end of the time step `at_ns` (observer.py).
+
+    -1 once the replica is no longer observed (its broker stopped, or it no longer hosts `tp`):
+    from then on, until a new incarnation's first sample, it holds nothing."""
+
+    broker: int
+    incarnation: int
+    tp: TopicPartition
+    log_end_offset: int
+    at_ns: int
+
+
+@dataclass(frozen=True, slots=True)
 class IsrChange:
     """The controller committed this partition state (leader -1: no leader)."""
 
@@ -152,6 +167,21 @@ class OffsetCommitted:
     offset: int
     acknowledged: bool
     at_ns: int
+    # A group member's commit names its member id and generation; a simple consumer's has
+    # "" and -1 (no membership).
+    member: str = ""
+    generation: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class GroupAssignment:
+    """A group member learned its generation and its partitions (its SyncGroup answer)."""
+
+    group: str
+    member: str
+    generation: int
+    partitions: tuple[TopicPartition, ...]
+    at_ns: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +205,7 @@ class History:
     consumer_events: list[Read | ConsumerRestart] = field(default_factory=list)
     leader_claims: list[LeaderClaim] = field(default_factory=list)
     high_watermarks: list[HighWatermark] = field(default_factory=list)
+    log_ends: list[LogEnd] = field(default_factory=list)
     isr_changes: list[IsrChange] = field(default_factory=list)
     controller_epochs: list[ControllerEpoch] = field(default_factory=list)
     topic_deletions: list[TopicDeleted] = field(default_factory=list)
@@ -184,6 +215,10 @@ class History:
     # value -> producer, recorded with `attempted`, so copies of unacknowledged values can be
     # counted against their producer.
     attempted_by: dict[bytes, str] = field(default_factory=dict)
+    # value -> the time step its attempt was recorded in (the observer stamps it at the next
+    # quiescent point: the workload records attempts without a time). No replica can hold the
+    # write in a `LogEnd` sample stamped earlier.
+    attempted_at: dict[bytes, int] = field(default_factory=dict)
     final: dict[TopicPartition, list[ReplicaState]] = field(default_factory=dict)
     # Offset commits sent and acknowledged, and each group's committed offsets read at the end.
     offset_commits: list[OffsetCommitted] = field(default_factory=list)
@@ -196,6 +231,8 @@ class History:
         default_factory=dict
     )
     min_insync_replicas: dict[str, int] = field(default_factory=dict)
+    # What each consumer-group member was assigned, generation by generation.
+    group_assignments: list[GroupAssignment] = field(default_factory=list)
 
     # -- appended by the recorder ---------------------------------------------------------------
 
@@ -221,6 +258,14 @@ class History:
     def append_high_watermark(self, sample: HighWatermark) -> None:
         self.high_watermarks.append(sample)
 
+    def append_log_end(self, sample: LogEnd) -> None:
+        assert sample.log_end_offset >= -1, sample
+        self.log_ends.append(sample)
+
+    def set_attempted_at(self, value: bytes, at_ns: int) -> None:
+        # The first stamp stays: a value recorded again (a resend) was sent first back then.
+        self.attempted_at.setdefault(value, at_ns)
+
     def append_isr_change(self, change: IsrChange) -> None:
         self.isr_changes.append(change)
 
@@ -234,6 +279,9 @@ class History:
         offsets = [record.offset for record in replica.records]
         assert offsets == sorted(set(offsets)), f"{replica.tp} broker {replica.broker}: unsorted"
         self.final.setdefault(replica.tp, []).append(replica)
+
+    def append_group_assignment(self, assignment: GroupAssignment) -> None:
+        self.group_assignments.append(assignment)
 
     def append_offset_commit(self, commit: OffsetCommitted) -> None:
         self.offset_commits.append(commit)
@@ -300,10 +348,12 @@ class History:
             "restarts": len(self.consumer_events) - len(reads),
             "leader_claims": len(self.leader_claims),
             "high_watermarks": len(self.high_watermarks),
+            "log_ends": len(self.log_ends),
             "isr_changes": len(self.isr_changes),
             "controller_epochs": len(self.controller_epochs),
             "topic_deletions": len(self.topic_deletions),
             "offset_commits": sum(1 for commit in self.offset_commits if commit.acknowledged),
             "transactions": len(self.transactions),
+            "group_assignments": len(self.group_assignments),
             "final_replicas": sum(len(replicas) for replicas in self.final.values()),
         }

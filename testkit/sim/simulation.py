@@ -8,15 +8,18 @@ The run, all in simulated time:
 
 1. the cluster starts and the topics are created (replication factor 3, min.insync.replicas 2);
 2. the workload starts (workload.py): an idempotent acks=all producer, a plain acks=all one, an
-   acks=1 and an acks=0 one, a consumer reading every partition from the start, and topics
-   created, written and deleted while the faults run;
+   acks=1 and an acks=0 one, a consumer reading every partition from the start, a simple
+   consumer's offset commits, two members of a consumer group (group_member.py: join, sync,
+   heartbeats, generation-fenced commits; one restarts now and then), transactions, and
+   topics created, written and deleted while the faults run;
 3. the fault phase: the seeded plan (faults.py) is applied fault after fault, each healed after
    its hold; the observer (observer.py) samples leaders, high watermarks, ISRs and controller
    epochs at every quiescent point;
 4. healing: every link healed, every stopped node restarted; **liveness**, each within
    `Settings.liveness_ms`: every partition has a leader that serves it, the leaders' pending
    AlterPartitions have resolved (committed ISR == maximal ISR), an acks=all write succeeds, and
-   every replica catches up (full ISR, every log end at the high watermark);
+   every replica catches up (full ISR, every log end at the high watermark); then, the writers
+   stopped, the group's members settle in one generation and commit every partition's end;
 5. the final state: a fresh consumer reads every partition up to its high watermark, and each
    replica's log is read from its files (records and raw batch bytes);
 6. the checkers (checkers.py) judge the history; a liveness failure is a violation too.
@@ -57,6 +60,7 @@ from runtime.net.transport import Address
 from testkit.cluster import Cluster
 from testkit.sim.checkers import Violation, check_all, duplicate_counts
 from testkit.sim.faults import KINDS, FaultInjector, plan_faults
+from testkit.sim.group_member import GroupMemberWorker, give_offsets
 from testkit.sim.history import History, LoggedRecord, Read, ReplicaState
 from testkit.sim.loop import SimClock, SimulatedLoop, deterministic_entropy
 from testkit.sim.observer import Observer
@@ -67,15 +71,19 @@ from testkit.sim.workload import (
     ProducerWorker,
     TopicChurn,
     TransactionalWorker,
+    new_client,
     read_group_offsets,
 )
 from wire.errors import ErrorCode
+from wire.group_records import OFFSETS_TOPIC
 from wire.messages import DeleteTopicsRequest, DeleteTopicsResponse
 from wire.record_reader import iter_records
 from wire.records import iter_batches
 from wire.topic import TopicPartition
+from wire.transaction_log import TRANSACTION_STATE_TOPIC
 
 LAG_MS: Final = 1_000
+INTERNAL_PARTITIONS: Final = 3  # of __consumer_offsets and __transaction_state
 SESSION_MS: Final = 300  # testkit.cluster.FAST_LIVENESS's broker.session.timeout.ms
 PROPERTIES: Final[dict[str, object]] = {
     "min.insync.replicas": 2,
@@ -88,13 +96,18 @@ PROPERTIES: Final[dict[str, object]] = {
     "retry.backoff.ms": 10,
     "retry.backoff.max.ms": 50,
     # Few coordinator partitions: each is a shard to load on every leadership move.
-    "offsets.topic.num.partitions": 3,
-    "transaction.state.log.num.partitions": 3,
+    "offsets.topic.num.partitions": INTERNAL_PARTITIONS,
+    "transaction.state.log.num.partitions": INTERNAL_PARTITIONS,
     # An abandoned transaction (transaction.timeout.ms 3 s here, workload.py) is aborted
     # within a second of timing out, not Kafka's 10 s.
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": 1_000,
+    # The group members' session timeout (group_member.py) is 600 ms, and a new group's first
+    # rebalance waits 100 ms for more members, not Kafka's 3 s.
+    "group.min.session.timeout.ms": 100,
+    "group.initial.rebalance.delay.ms": 100,
 }
-GROUP: Final = "sim-group"
+GROUP: Final = "sim-group"  # the simple consumer's commits (no membership)
+MEMBERS_GROUP: Final = "sim-members"  # the group members' (group_member.py)
 ACKS_ALL: Final = -1
 
 
@@ -107,6 +120,7 @@ class Settings:
     topics: tuple[tuple[str, int], ...] = (("sim-a", 2),)
     transactional_topic: tuple[str, int] | None = ("sim-txn", 2)
     churn: bool = True
+    group_members: int = 2
     kinds: tuple[str, ...] = KINDS
 
 
@@ -226,7 +240,12 @@ class _Run:
         self.incarnations: Counter[int] = Counter()
         self.partitions: list[TopicPartition] = []
         self.workers: list[
-            ProducerWorker | ConsumerWorker | OffsetCommitter | TransactionalWorker | TopicChurn
+            ProducerWorker
+            | ConsumerWorker
+            | OffsetCommitter
+            | GroupMemberWorker
+            | TransactionalWorker
+            | TopicChurn
         ] = []
         self.violations: list[Violation] = []
 
@@ -248,10 +267,18 @@ class _Run:
             for topic, count in topics:
                 self.partitions += await cluster.create_topic(topic, count, 3)
                 self.history.set_min_insync_replicas(topic, 2)
+            await self._give_the_group_offsets()
             self._start_workload()
             await self._faults(injector)
             await self._heal(injector)
             await self._liveness()
+            for worker in self.workers:  # the writers first: the group then reads to the end
+                if not isinstance(worker, (ConsumerWorker, OffsetCommitter, GroupMemberWorker)):
+                    await worker.stop()
+            if self._members():
+                await self._within(
+                    self._group_caught_up, self.settings.liveness_ms, "the group read to the end"
+                )
             for worker in self.workers:
                 await worker.stop()
             await self._within(
@@ -337,6 +364,22 @@ class _Run:
                 interval_ms=300,
             ),
         ]
+        self.workers += [
+            GroupMemberWorker(
+                name,
+                transport=self.network.transport(name),
+                bootstrap=self.bootstrap,
+                clock=self.clock,
+                history=self.history,
+                group=MEMBERS_GROUP,
+                topic=topic,
+                partitions=count,
+                # One member restarts now and then, as an application instance does, so
+                # every seed rebalances; the others stay.
+                restart_every_ms=1_500 if index == 1 else 0,
+            )
+            for index, name in enumerate(self._member_names())
+        ]
         if self.settings.transactional_topic is not None:
             txn_topic, txn_partitions = self.settings.transactional_topic
             self.workers.append(
@@ -385,7 +428,11 @@ class _Run:
 
     def _clients(self) -> list[str]:
         clients = ["p-idempotent", "p-all", "p-one", "p-zero", "consumer", "committer"]
+        clients += self._member_names()
         return clients + (["transactions"] if self.settings.transactional_topic else [])
+
+    def _member_names(self) -> list[str]:
+        return [f"member-{n}" for n in range(self.settings.group_members)]
 
     def _injector(self) -> FaultInjector:
         return FaultInjector(
@@ -397,6 +444,22 @@ class _Run:
             incarnations=self.incarnations,
             upcoming=self._upcoming_partitions,
         )
+
+    async def _give_the_group_offsets(self) -> None:
+        if not self.settings.group_members:
+            return
+        topic, _ = self.settings.topics[0]
+        name = "group-setup"
+        client = new_client(self.network.transport(name), self.bootstrap, self.clock, name)
+        try:
+            partitions = [tp for tp in self.partitions if tp.topic == topic]
+            given = await give_offsets(
+                client, self.bootstrap, MEMBERS_GROUP, partitions, self.clock, self.history
+            )
+        finally:
+            await client.close()
+        if not given:
+            raise RuntimeError(f"group {MEMBERS_GROUP}'s first offsets were never acknowledged")
 
     def _upcoming_partitions(self) -> list[str]:
         return [n for w in self.workers if isinstance(w, TopicChurn) for n in w.upcoming()]
@@ -465,10 +528,44 @@ class _Run:
         return True
 
     def _no_pending_isr_change(self) -> bool:
-        for tp in self._live():
-            record = self.cluster.record(tp)
+        """No leader has an AlterPartition outstanding: a pending shrink shows only there (its
+        maximal ISR is already the committed one), an expansion in the maximal ISR too. The
+        coordinators' internal partitions count as well."""
+        model = self.cluster.controller.actor.model
+        internal = [
+            TopicPartition(topic, n)
+            for topic in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC)
+            for n in range(INTERNAL_PARTITIONS)
+        ]
+        for tp in [*self._live(), *internal]:
+            record = model.partition_by_name(tp)
+            if record is None:
+                continue  # an internal topic not created in this run
+            if record.leader < 0:
+                return False
             actor = self.cluster.nodes[record.leader].replica_manager.partition(tp)
-            if actor is None or actor.view.isr != actor.view.maximal_isr:
+            if actor is None or actor.pending_isr_change is not None:
+                return False
+            if actor.view.isr != actor.view.maximal_isr:
+                return False
+        return True
+
+    def _members(self) -> list[GroupMemberWorker]:
+        return [w for w in self.workers if isinstance(w, GroupMemberWorker)]
+
+    def _group_caught_up(self) -> bool:
+        """Every member in one generation, the partitions all assigned, and each one's owner
+        has committed its high watermark (the writers have stopped)."""
+        members = self._members()
+        if len({m.generation for m in members}) != 1 or members[0].generation < 0:
+            return False
+        topic, _ = self.settings.topics[0]
+        owners = {tp: m for m in members for tp in m.assigned}
+        for tp in self._live():
+            if tp.topic != topic:
+                continue
+            owner = owners.get(tp)
+            if owner is None or owner.committed.get(tp, 0) != self._leader_hw(tp):
                 return False
         return True
 
@@ -583,17 +680,18 @@ class _Run:
             config=CLIENT_CONFIG,
             client_id="offsets-reader",
         )
+        groups = [GROUP] + ([MEMBERS_GROUP] if self._members() else [])
         try:
-            offsets = await read_group_offsets(client, self.bootstrap, GROUP, self.clock)
+            for group in groups:
+                offsets = await read_group_offsets(client, self.bootstrap, group, self.clock)
+                if offsets is None:
+                    message = f"group {group}'s offsets not readable after healing"
+                    self.violations.append(Violation("liveness", message, None))
+                    continue
+                for tp, offset in sorted(offsets.items()):
+                    self.history.set_final_offset(group, tp, offset)
         finally:
             await client.close()
-        if offsets is None:
-            self.violations.append(
-                Violation("liveness", f"group {GROUP}'s offsets not readable after healing", None)
-            )
-            return
-        for tp, offset in sorted(offsets.items()):
-            self.history.set_final_offset(GROUP, tp, offset)
 
     def _leader_hw(self, tp: TopicPartition) -> int:
         actor = self.cluster.leader(tp).replica_manager.partition(tp)

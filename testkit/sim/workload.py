@@ -24,6 +24,8 @@ goes into the run's `History` (history.py), which the checkers read:
   producer was told (committed, aborted, or unknown when it failed before an answer). A
   fenced or failed producer is replaced by a new instance with the same transactional id, as
   an application restarts: its InitProducerId ends what the old one left open.
+* The consumer group's members are in group_member.py (`GroupMemberWorker`, built on `Worker`
+  and `new_client` here).
 * `TopicChurn`: creates a topic, produces a few records with acks=all, deletes it, again
   under a new name each round (names are never reused), while the faults run; a deleted topic
   is exempt from the final-log checks.
@@ -101,7 +103,7 @@ def _producer_config(**settings: Any) -> ProducerConfig:
     )
 
 
-def _new_client(
+def new_client(
     transport: Transport, bootstrap: Sequence[Address], clock: Clock, name: str
 ) -> Client:
     return Client(
@@ -109,7 +111,7 @@ def _new_client(
     )
 
 
-class _Worker:
+class Worker:
     def __init__(self, name: str, clock: Clock, history: History) -> None:
         self.name = name
         self.clock = clock
@@ -133,7 +135,7 @@ class _Worker:
         raise NotImplementedError
 
 
-class ProducerWorker(_Worker):
+class ProducerWorker(Worker):
     def __init__(
         self,
         name: str,
@@ -156,7 +158,7 @@ class ProducerWorker(_Worker):
         self.interval_ms = interval_ms
         self.sent = 0
         self.producer = Producer(
-            _new_client(transport, bootstrap, clock, name),
+            new_client(transport, bootstrap, clock, name),
             config=_producer_config(acks=acks, enable_idempotence=idempotent),
             owns_client=True,
         )
@@ -193,7 +195,7 @@ class ProducerWorker(_Worker):
             await self.producer.close(timeout_ms=0)
 
 
-class ConsumerWorker(_Worker):
+class ConsumerWorker(Worker):
     def __init__(
         self,
         name: str,
@@ -206,7 +208,7 @@ class ConsumerWorker(_Worker):
     ) -> None:
         super().__init__(name, clock, history)
         self.consumer = Consumer(
-            _new_client(transport, bootstrap, clock, name),
+            new_client(transport, bootstrap, clock, name),
             config=ConsumerConfig(
                 fetch_max_wait_ms=100,
                 auto_offset_reset="earliest",
@@ -247,7 +249,7 @@ class ConsumerWorker(_Worker):
             await self.consumer.close()
 
 
-class OffsetCommitter(_Worker):
+class OffsetCommitter(Worker):
     """A simple consumer's offset commits (module docstring)."""
 
     def __init__(
@@ -267,7 +269,7 @@ class OffsetCommitter(_Worker):
         self.source = source
         self.interval_ms = interval_ms
         self.bootstrap = list(bootstrap)
-        self.client = _new_client(transport, bootstrap, clock, name)
+        self.client = new_client(transport, bootstrap, clock, name)
         self.committed = 0
 
     async def _run(self) -> None:
@@ -356,7 +358,7 @@ async def read_group_offsets(
     return None
 
 
-class TransactionalWorker(_Worker):
+class TransactionalWorker(Worker):
     """Transactions, some aborted on purpose (module docstring)."""
 
     def __init__(
@@ -388,9 +390,7 @@ class TransactionalWorker(_Worker):
     def _new_producer(self) -> Producer:
         self.instances += 1
         return Producer(
-            _new_client(
-                self.transport, self.bootstrap, self.clock, f"{self.name}-{self.instances}"
-            ),
+            new_client(self.transport, self.bootstrap, self.clock, f"{self.name}-{self.instances}"),
             config=_producer_config(transactional_id=self.name, transaction_timeout_ms=3_000),
             owns_client=True,
         )
@@ -452,7 +452,7 @@ class TransactionalWorker(_Worker):
                 await self.producer.close(timeout_ms=0)
 
 
-class TopicChurn(_Worker):
+class TopicChurn(Worker):
     """Topics created, written to and deleted while the faults run (module docstring)."""
 
     def __init__(

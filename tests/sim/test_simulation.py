@@ -64,3 +64,25 @@ def test_seeds_of_faults_break_no_invariant() -> None:
         assert run.simulated_ms >= MIN_SIMULATED_MS, run
         assert sum(run.faults.values()) >= MIN_FAULTS, run
         assert run.acknowledged >= MIN_ACKNOWLEDGED, run
+
+
+# Seeds that found bugs, run on their own in every session. A seed's fault plan and workload
+# drift as the simulation grows, so each bug is also pinned by a unit test of its own (named
+# here); the seed keeps the whole-cluster story.
+REGRESSION_SEEDS: Final = {
+    1007: "a group coordinator taking over handed out member ids its loaded group held "
+    "(tests/unit/actors/group/test_shard.py::test_a_reloaded_shard_never_hands_out_an_id_...)",
+    1173: "a former leader's high watermark went back as a follower in the new epoch "
+    "(tests/unit/actors/replication/test_partition_replication.py::"
+    "test_a_former_leader_keeps_its_high_watermark_as_a_follower)",
+}
+
+
+@pytest.mark.parametrize("seed", sorted(REGRESSION_SEEDS))
+def test_a_seed_that_found_a_bug_passes(seed: int, tmp_path: Path) -> None:
+    logging.disable(logging.CRITICAL)
+    try:
+        result = run_seed(seed, tmp_path)
+    finally:
+        logging.disable(logging.NOTSET)
+    assert result.ok, f"{REGRESSION_SEEDS[seed]}\n{report(result, trace_lines=40)}"

@@ -432,7 +432,7 @@ def test_transactions_all_or_nothing_catches_parts_visible_aborts_and_duplicates
 
 
 def test_check_all_runs_every_checker_and_a_clean_history_passes_them_all() -> None:
-    assert len(ALL_CHECKERS) == 11
+    assert len(ALL_CHECKERS) == 13
     history = settled()
     for offset, value in enumerate(VALUES):
         history.append_attempt("p1", value, idempotent=True)
@@ -449,11 +449,13 @@ def test_check_all_runs_every_checker_and_a_clean_history_passes_them_all() -> N
         "restarts": 0,
         "leader_claims": 1,
         "high_watermarks": 1,
+        "log_ends": 0,
         "isr_changes": 1,
         "controller_epochs": 1,
         "topic_deletions": 0,
         "offset_commits": 0,
         "transactions": 0,
+        "group_assignments": 0,
         "final_replicas": 3,
     }
     history.append_ack(ack(b"z", 0))
