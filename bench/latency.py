@@ -19,7 +19,9 @@ Scenarios, in order (each: warm-up excluded, then an equal share of --duration):
 
 * floor: bare msgpack echo round trip over 127.0.0.1 TCP (bench/rpc.py `echo_floor`, closed
   loop), on the --loop event loop; `floor_<other loop>` is the same on the other loop
-  (asyncio versus uvloop);
+  (asyncio versus uvloop); `floor_process` is the echo with its server in another process
+  (bench/echo_process.py), as the brokers are unless --in-process: the round trip then also
+  pays the wake-ups across processes, and the table gives each scenario's p50 against both;
 * produce_acks0 (time until the request is written), produce_acks1, produce_acks_all: one
   producer, linger.ms=0, --size-byte values, partition 0;
 * e2e: produce (acks=all) until a consumer long-polling with fetch.max.wait.ms=500 has it;

@@ -147,6 +147,9 @@ def write_json(
     path.write_text(json.dumps(document(config, results, peer), indent=2) + "\n")
 
 
+PROCESS_FLOOR: Final = "floor_process"
+
+
 def _ratio(value: float | None, floor: float | None) -> str:
     if value is None or not floor:
         return "-"
@@ -156,9 +159,10 @@ def _ratio(value: float | None, floor: float | None) -> str:
 def print_table(
     console: Console, config: Mapping[str, Any], results: Sequence[ScenarioResult]
 ) -> None:
-    """p50 .. max in microseconds, throughput, and p50 as a multiple of the floor's p50."""
-    floor = next((r for r in results if r.name == "floor"), None)
-    floor_p50 = floor.figures()["p50_us"] if floor is not None else None
+    """p50 .. max in microseconds, throughput, and p50 as a multiple of each floor's p50 (the
+    in-process echo's, and the echo's in another process)."""
+    floors = {r.name: r.figures()["p50_us"] for r in results if r.name in ("floor", PROCESS_FLOOR)}
+    floor_p50, process_floor_p50 = floors.get("floor"), floors.get(PROCESS_FLOOR)
     title = (
         f"ketch bench latency: loop={config['loop']}, cluster={config['cluster']}, "
         f"mode={config['mode']}, value={config['size_bytes']} B"
@@ -169,6 +173,7 @@ def print_table(
         table.add_column(header, justify="right")
     table.add_column("MB/s", justify="right")
     table.add_column("p50/floor", justify="right")
+    table.add_column("p50/floor_process", justify="right")
     for result in results:
         f = result.figures()
 
@@ -185,6 +190,7 @@ def print_table(
             cell("throughput_mb_s"),
             # Under flat-out load latency is queueing, not a cost per request: no ratio.
             "-" if result.payload_bytes is not None else _ratio(f["p50_us"], floor_p50),
+            "-" if result.payload_bytes is not None else _ratio(f["p50_us"], process_floor_p50),
         )
     console.print(table)
     for result in results:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from bench.echo_process import echo_server_process
 from bench.latency import EXIT_FAILED, EXIT_OK, Plan
 from bench.latency_cluster import (
     in_process_cluster,
@@ -30,6 +31,7 @@ from bench.latency_cluster import (
     process_cluster,
 )
 from bench.latency_report import (
+    PROCESS_FLOOR,
     PeerReport,
     ScenarioResult,
     print_peer_table,
@@ -216,6 +218,26 @@ def _floors(plan: Plan, progress: Progress) -> list[ScenarioResult]:
                 started_at,
             )
         )
+    # The same echo with its server in a process of its own, as the brokers are (unless
+    # --in-process): the round trip then pays the wake-ups across processes too.
+    task = progress.add_task(PROCESS_FLOOR, total=1)
+    progress.refresh()
+    serial = Tally()
+    started_at = time.time()
+    loop_factory = functools.partial(_new_loop, plan.loop)
+    with echo_server_process(plan.loop) as port, asyncio.Runner(loop_factory=loop_factory) as run:
+        run.run(echo_floor(requests, FLOOR_WARMUP, serial, Tally(), port=port))
+    progress.update(task, completed=1)
+    progress.refresh()
+    results.append(
+        ScenarioResult(
+            PROCESS_FLOOR,
+            f"the floor with the echo server in another process, {plan.loop}",
+            serial.histogram,
+            serial.elapsed_ns / 1e9,
+            started_at,
+        )
+    )
     return results
 
 

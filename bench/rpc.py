@@ -158,9 +158,15 @@ async def _echo_serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
         writer.close()
 
 
-async def echo_floor(requests: int, warmup: int, serial: Tally, windowed: Tally) -> None:
-    server = await asyncio.start_server(_echo_serve, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
+async def echo_floor(
+    requests: int, warmup: int, serial: Tally, windowed: Tally, *, port: int | None = None
+) -> None:
+    """The bare echo's round trips: against a server on this loop, or, given `port`, against
+    one already listening there (bench/echo_process.py: another process, as a broker is)."""
+    server = None
+    if port is None:
+        server = await asyncio.start_server(_echo_serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
 
     async def send(correlation_id: int) -> None:
@@ -181,8 +187,18 @@ async def echo_floor(requests: int, warmup: int, serial: Tally, windowed: Tally)
     finally:
         writer.close()
         await writer.wait_closed()
-        server.close()
-        await server.wait_closed()
+        if server is not None:
+            server.close()
+            await server.wait_closed()
+
+
+async def serve_echo(ready: Callable[[int], None]) -> None:
+    """The bare echo server on 127.0.0.1 and a port from the OS, until cancelled; `ready(port)`
+    once it listens."""
+    server = await asyncio.start_server(_echo_serve, "127.0.0.1", 0)
+    ready(server.sockets[0].getsockname()[1])
+    async with server:
+        await server.serve_forever()
 
 
 # -- ketch's server, with the real client and with a minimal one ---------------------------------

@@ -87,7 +87,9 @@ def _check_outputs(
 
 def test_acks_open_loop_run_writes_json_plot_and_logs(tmp_path: Path) -> None:
     document, png = _run(tmp_path, "--acks", "1", "--rate", "300", "--duration", "1.5")
-    _check_outputs(document, png, ["floor", "floor_asyncio", "produce_acks1", "e2e"])
+    _check_outputs(
+        document, png, ["floor", "floor_asyncio", "floor_process", "produce_acks1", "e2e"]
+    )
     # Open loop keeps the schedule: every request due in the 0.5 s window (1.5 s over 2
     # cluster scenarios and the floors) is counted, however slow the machine.
     counts = {s["name"]: s["count"] for s in document["scenarios"]}  # type: ignore[attr-defined]
@@ -107,6 +109,7 @@ def test_full_closed_loop_run_has_every_scenario(tmp_path: Path) -> None:
     names = [
         "floor",
         "floor_uvloop",
+        "floor_process",
         "produce_acks0",
         "produce_acks1",
         "produce_acks_all",
@@ -136,7 +139,7 @@ def test_process_cluster_run(tmp_path: Path) -> None:
     document = json.loads(out_json.read_text())
     assert document["config"]["cluster"] == "processes"
     names = [s["name"] for s in document["scenarios"]]
-    assert names == ["floor", "floor_asyncio", "produce_acks_all", "e2e"]
+    assert names == ["floor", "floor_asyncio", "floor_process", "produce_acks_all", "e2e"]
     assert all(s["count"] > 0 for s in document["scenarios"]), document
 
 
@@ -243,7 +246,7 @@ def test_kafka_protocol_run_drives_every_scenario_with_both_clients(tmp_path: Pa
     document = json.loads(out_json.read_text())
     assert set(document) == {"config", "scenarios"}, document
     names = [s["name"] for s in document["scenarios"]]
-    assert names == ["floor", "floor_asyncio", *KAFKA_NAMES], names
+    assert names == ["floor", "floor_asyncio", "floor_process", *KAFKA_NAMES], names
     for scenario in document["scenarios"]:
         assert set(scenario) >= SCENARIO_KEYS, scenario
         assert scenario["count"] > 0, scenario
@@ -287,7 +290,12 @@ def test_peer_cmd_run_measures_a_second_ketch_and_prints_ratios(
     assert code == latency.EXIT_OK
     document = json.loads(out_json.read_text())
     names = [f"{base}[{c}]" for base in ("produce_acks1", "e2e") for c in ("confluent", "aiokafka")]
-    assert [s["name"] for s in document["scenarios"]] == ["floor", "floor_asyncio", *names]
+    assert [s["name"] for s in document["scenarios"]] == [
+        "floor",
+        "floor_asyncio",
+        "floor_process",
+        *names,
+    ]
     peer = document["peer"]
     assert peer["command"].startswith(sys.executable), peer
     assert "{" not in peer["command"], peer  # every placeholder filled
