@@ -19,14 +19,19 @@ Phases, in order, each with a warm-up and an equal share of `--duration` (capped
   send. The next message is sent only once the consumer has the previous one;
 * breakdown: acks=all again with the leader's and followers' components wrapped (bound
   methods replaced on the instances, in this process only) to timestamp each stage of one
-  message by its offset. The wrappers cost a few microseconds, so this phase's own total is
-  reported next to the clean acks=all figure.
+  message by its offset, then acks=1 on the same three brokers the same way (its answer needs
+  no follower: the stages show whether it waits behind the follower fetches its append woke,
+  and how many answers were ready only after a follower's fetch answer carrying the record).
+  The wrappers cost a few microseconds, so this phase's own totals are reported next to the
+  clean figures.
 
 Latencies go into HDR histograms (ns, 3 significant digits), reported in microseconds. Targets
 (issue 5): acks=1 p50 <= 4x the floor p50; acks=all p50 <= 3x acks=1 p50; end-to-end p99 < 2 ms.
 `--json FILE` writes every figure of the table (keys `<phase>_<p50_us|p99_us|p999_us>`,
 `<phase>_messages`; phases floor, acks1, e2e_acks1, acksall, e2e,
-acksall_instrumented;, `breakdown_<stage>_p50_us`, `ratio_*`, `target_*_met`).
+acksall_instrumented, acks1_rf3_instrumented), `breakdown_<stage>_p50_us`,
+`acks1_breakdown_<stage>_p50_us`, `acks1_answers_behind_a_follower_fetch`, `ratio_*`,
+`target_*_met`).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -81,6 +87,16 @@ STAGES: Final = (
     ("next_fetch", "f_append_end", "report", "next fetch reports the new LEO"),
     ("hw_advance", "report", "hw", "high watermark advances"),
     ("leader_response", "hw", "produce_out", "produce purgatory completes, answer"),
+    ("response_to_client", "produce_out", "ack", "response -> producer future"),
+)
+
+# The same for one acks=1 produce on the three-broker cluster: the answer needs no follower, so
+# what lies between the append and the answer is the leader's own work, or other ready work
+# (the follower fetches the append woke) served first on the shared loop.
+ACKS1_STAGES: Final = (
+    ("client_to_leader", "send", "produce_in", "producer send -> leader's produce handler"),
+    ("leader_append", "produce_in", "leader_appended", "leader append (actor, log)"),
+    ("leader_response", "leader_appended", "produce_out", "append -> answer ready"),
     ("response_to_client", "produce_out", "ack", "response -> producer future"),
 )
 
@@ -278,31 +294,67 @@ def _instrument(leader: BrokerNode, followers: Sequence[BrokerNode], tp: TopicPa
     return stamps
 
 
+@dataclass
+class _Breakdown:
+    """What the instrumented runs measured: the acks=all stages, the acks=1 stages, and how
+    many acks=1 answers were ready only after a follower's fetch answer carrying the record."""
+
+    acksall: HdrHistogram
+    durations: dict[str, list[int]]
+    acks1: HdrHistogram
+    acks1_durations: dict[str, list[int]]
+    acks1_behind_a_follower: int = 0
+
+
 async def _breakdown(
-    cluster: Cluster, producer: Producer, tp: TopicPartition, budget_s: float
-) -> tuple[HdrHistogram, dict[str, list[int]]]:
+    cluster: Cluster,
+    producer: Producer,
+    acks1_producer: Producer,
+    tp: TopicPartition,
+    budget_s: float,
+) -> _Breakdown:
     leader = cluster.leader(tp)
     followers = [n for b, n in sorted(cluster.nodes.items()) if n is not leader]
     follower_ids = [n.broker_id for n in followers]
     stamps = _instrument(leader, followers, tp)
     durations: dict[str, list[int]] = {name: [] for name, *_ in STAGES}
+    acks1_durations: dict[str, list[int]] = {name: [] for name, *_ in ACKS1_STAGES}
+    behind = [0]
     measuring = [False]
 
-    async def step() -> int:
+    async def send(with_producer: Producer) -> tuple[dict[str, int], int, int]:
         sent = _now()
-        meta = await producer.send_and_wait(tp.topic, None, VALUE, partition=tp.partition)
+        meta = await with_producer.send_and_wait(tp.topic, None, VALUE, partition=tp.partition)
         acked = _now()
         seen = stamps.by_offset.pop(meta.offset, {})
         stamps.by_offset.pop(meta.offset - 1, None)  # stale entries for earlier offsets
+        return seen, sent, acked
+
+    async def step() -> int:
+        seen, sent, acked = await send(producer)
         if measuring[0]:
             _collect(seen, sent, acked, follower_ids, durations)
         return acked - sent
 
+    async def acks1_step() -> int:
+        seen, sent, acked = await send(acks1_producer)
+        if measuring[0]:
+            times = {"send": sent, "ack": acked, **seen}
+            if all(name in times for _, start, end, _ in ACKS1_STAGES for name in (start, end)):
+                for stage, start, end, _ in ACKS1_STAGES:
+                    acks1_durations[stage].append(times[end] - times[start])
+                answered = [seen.get(f"fetch_out:{b}") for b in follower_ids]
+                if any(at is not None and at < seen["produce_out"] for at in answered):
+                    behind[0] += 1
+        return acked - sent
+
     for _ in range(WARMUP):
         await step()
+        await acks1_step()
     measuring[0] = True
-    histogram = await _timed_no_warmup(budget_s, step)
-    return histogram, durations
+    acksall = await _timed_no_warmup(budget_s / 2, step)
+    acks1 = await _timed_no_warmup(budget_s / 2, acks1_step)
+    return _Breakdown(acksall, durations, acks1, acks1_durations, behind[0])
 
 
 async def _timed_no_warmup(budget_s: float, step: Callable[[], Awaitable[int]]) -> HdrHistogram:
@@ -367,20 +419,28 @@ async def _measure(duration_s: float) -> dict[str, Any]:
     async with tcp_cluster(3, transport=transport, clock=clock, properties=properties) as trio:
         [tp] = await trio.create_topic("bench-acksall", replication_factor=3)
         producer = _producer(trio, transport, ACKS_ALL)
+        acks1_producer = _producer(trio, transport, ACKS_LEADER)
         try:
             _percentiles(await _produce_latency(producer, tp, share), "acksall", figures)
             e2e = await _end_to_end(trio, transport, producer, tp, share)
             _percentiles(e2e, "e2e", figures)
-            instrumented, durations = await _breakdown(trio, producer, tp, share)
-            _percentiles(instrumented, "acksall_instrumented", figures)
+            measured = await _breakdown(trio, producer, acks1_producer, tp, share)
+            _percentiles(measured.acksall, "acksall_instrumented", figures)
+            _percentiles(measured.acks1, "acks1_rf3_instrumented", figures)
         finally:
             await producer.close()
-    figures["breakdown_messages"] = len(durations[STAGES[0][0]])
-    for stage, *_ in STAGES:
-        samples = durations[stage]
-        figures[f"breakdown_{stage}_p50_us"] = (
-            round(statistics.median(samples) / 1000, 1) if samples else None
-        )
+            await acks1_producer.close()
+    for prefix, stages, durations in (
+        ("breakdown", STAGES, measured.durations),
+        ("acks1_breakdown", ACKS1_STAGES, measured.acks1_durations),
+    ):
+        figures[f"{prefix}_messages"] = len(durations[stages[0][0]])
+        for stage, *_ in stages:
+            samples = durations[stage]
+            figures[f"{prefix}_{stage}_p50_us"] = (
+                round(statistics.median(samples) / 1000, 1) if samples else None
+            )
+    figures["acks1_answers_behind_a_follower_fetch"] = measured.acks1_behind_a_follower
     figures["ratio_acks1_to_floor_p50"] = round(
         figures["acks1_p50_us"] / figures["floor_p50_us"], 2
     )
@@ -407,6 +467,7 @@ def _print_table(figures: dict[str, Any]) -> None:
         ("end-to-end, 1 broker (acks=1, max_wait 500)", "e2e_acks1"),
         ("end-to-end, 3 brokers (acks=all, max_wait 500)", "e2e"),
         ("acks=all, instrumented (breakdown run)", "acksall_instrumented"),
+        ("acks=1, 3 brokers, RF=3, instrumented", "acks1_rf3_instrumented"),
     )
     for label, key in rows:
         values = [figures[f"{key}_{k}"] for k in ("p50_us", "p99_us", "p999_us", "messages")]
@@ -415,6 +476,13 @@ def _print_table(figures: dict[str, Any]) -> None:
     for stage, _, _, label in STAGES:
         value = figures[f"breakdown_{stage}_p50_us"]
         print(f"  {stage:20}{label:46}{value if value is not None else '-':>9} us")
+    messages = figures["acks1_breakdown_messages"]
+    print(f"acks=1 on 3 brokers, median per stage ({messages} messages):")
+    for stage, _, _, label in ACKS1_STAGES:
+        value = figures[f"acks1_breakdown_{stage}_p50_us"]
+        print(f"  {stage:20}{label:46}{value if value is not None else '-':>9} us")
+    behind = figures["acks1_answers_behind_a_follower_fetch"]
+    print(f"  answers ready only after a follower's fetch answer carrying them: {behind}")
 
     def verdict(key: str) -> str:
         return "met" if figures[key] else "NOT met"
