@@ -306,6 +306,7 @@ async def e2e_scenario(bench: Bench, load: Load) -> ScenarioResult:
 
         reader = asyncio.create_task(consume(), name="bench e2e consumer")
         try:
+            await step(0)  # the consumer's start, before the clock (as in the Kafka scenario)
             window = await drive(step, load)
         finally:
             reader.cancel()
