@@ -34,7 +34,6 @@ import argparse
 import asyncio
 import concurrent.futures
 import os
-import signal
 import sys
 import threading
 from collections import deque
@@ -264,10 +263,6 @@ class _LineReader:
         return self._lines.popleft() if self._lines else None
 
     def _run(self) -> None:
-        # Ctrl-C is for the loop's thread: with SIGINT blocked here the kernel never hands it to
-        # this thread, asleep in a read, but to the main one, whose event loop then wakes and
-        # interrupts the command at once (not at the next line of input).
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         try:
             try:
                 if self._fd is None:
