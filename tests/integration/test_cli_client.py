@@ -617,7 +617,16 @@ def _child(cluster: ClusterThread, argv: list[str]) -> subprocess.Popen[bytes]:
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=_sigint_as_from_a_terminal,
     )
+
+
+def _sigint_as_from_a_terminal() -> None:
+    """Give the child SIGINT's default disposition, as an interactive shell does. A suite run
+    as a background job of a non-interactive shell (`bash .ci/run &`) inherits SIGINT ignored,
+    and a command honours an inherited SIG_IGN (Python then installs no KeyboardInterrupt
+    handler): the Ctrl-C test's producer then went on to the end of its input and exited 0."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_ctrl_c_ends_produce_and_consume_promptly(cluster: ClusterThread) -> None:
