@@ -17,7 +17,7 @@ class LogChunk:
     """What a read of a partition returns: stored batches from an offset, the next offset to
     read, and the partition's high watermark and log start."""
 
-    records: bytes
+    records: bytes | memoryview
     next_offset: int
     high_watermark: int
     log_start_offset: int

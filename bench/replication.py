@@ -216,7 +216,7 @@ def _instrument(leader: BrokerNode, followers: Sequence[BrokerNode], tp: TopicPa
     append = path._append
 
     async def stamped_append(
-        tp: TopicPartition, records: bytes, acks: int, *, duplicated: bool
+        tp: TopicPartition, records: bytes | memoryview, acks: int, *, duplicated: bool
     ) -> LeaderAppendResult | ErrorCode:
         began = _now()
         result = await append(tp, records, acks, duplicated=duplicated)

@@ -231,17 +231,17 @@ class _PipelinedClient:
     def __init__(self, stream: Stream) -> None:
         self.stream = stream
         self.decoder = FrameDecoder()
-        self.frames: deque[bytes] = deque()
+        self.frames: deque[memoryview] = deque()
 
     async def send(self, correlation_id: int) -> None:
         await self.stream.send(_request_payload(correlation_id))
 
     async def receive(self, correlation_id: int) -> None:
         while not self.frames:
-            data = await self.stream.receive()
-            if not data:
+            received = await self.stream.receive_into(self.decoder.receive_buffer())
+            if not received:
                 raise ConnectionError("server closed the connection")
-            self.decoder.feed(data)
+            self.decoder.filled(received)
             while (frame := self.decoder.next_frame()) is not None:
                 self.frames.append(frame)
         envelope = decode_response(self.frames.popleft())

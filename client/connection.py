@@ -411,11 +411,12 @@ class BrokerConnection:
         error: Exception
         try:
             while True:
-                data = await stream.receive()
-                if not data:
+                # Straight into the frame being assembled (a fetch answer's records uncopied).
+                received = await stream.receive_into(decoder.receive_buffer())
+                if not received:
                     error = ConnectionLostError(f"connection to {self.address} closed by peer")
                     break
-                decoder.feed(data)
+                decoder.filled(received)
                 while (payload := decoder.next_frame()) is not None:
                     self._dispatch(payload)
         except ProtocolError as exc:
@@ -433,7 +434,7 @@ class BrokerConnection:
             self._reader = None  # ended by itself: nothing to cancel or await later
             self._fail_stream(error)
 
-    def _dispatch(self, payload: bytes) -> None:
+    def _dispatch(self, payload: memoryview) -> None:
         envelope = decode_response(payload)
         if not self._outstanding:
             raise ProtocolError(f"response {envelope.correlation_id} with no request outstanding")

@@ -65,7 +65,7 @@ class _AbortedTransactions:
         self._next = 0
         self._producers: dict[int, None] = {}  # producers whose open transaction aborted
 
-    def skip(self, header: BatchHeader, data: bytes, pos: int) -> bool:
+    def skip(self, header: BatchHeader, data: bytes | memoryview, pos: int) -> bool:
         """Whether the batch at `pos` belongs to an aborted transaction; folds in an ABORT
         marker."""
         if header.producer_id < 0:
@@ -87,7 +87,7 @@ class _AbortedTransactions:
 def decode_fetched(
     tp: TopicPartition,
     position: int,
-    data: bytes,
+    data: bytes | memoryview,
     *,
     limit: int,
     aborted_transactions: Sequence[FetchAbortedTransaction] | None = None,

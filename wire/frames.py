@@ -9,21 +9,35 @@ Byte layout of one frame, as on Kafka's wire::
 A stream is a plain concatenation of frames; there is no padding, magic or checksum (TCP and TLS
 already protect the bytes; the record batches inside carry their own CRC).
 
-`FrameDecoder` is fed whatever bytes the transport read, in chunks of any size, and hands back
-whole payloads. A length that is negative or larger than `max_frame_bytes`
-(socket.request.max.bytes, 100 MiB by default) is a `FrameError`, raised by the first
-`next_frame()` after the 4 length bytes arrive, before the body is waited for: a hostile or
-confused peer cannot make a draining caller buffer more than one maximum frame. After a
-`FrameError` the stream has lost its framing and cannot be resynchronised, so the decoder stays
-failed and the connection must close.
+`FrameDecoder` cuts frames out of a stream's bytes without copying them where it can. A reader
+either hands it chunks it already has (`feed()`, one copy into the decoder's buffer), or, on the
+hot path, receives straight into the decoder's buffer: `receive_buffer()` says where the next
+bytes go, the transport writes there (`Stream.receive_into`, a `recv_into` underneath), and
+`filled(n)` says how many arrived. Frames come out of `next_frame()` as read-only views of that
+buffer, so a request's record batches reach the disk write without a copy in user space:
 
-Memory: the decoder holds at most the bytes fed since the last complete frame was taken, so a
-caller that drains `next_frame()` after every `feed()` holds at most one partial frame plus one
-read chunk.
+* small frames are cut from a shared receive buffer (`RECEIVE_BUFFER_BYTES`); a buffer that has
+  handed out views is never written over, only replaced, so every view stays valid for as long
+  as its holder keeps it;
+* once a frame's length is known and it will not fit the current buffer, the decoder gives it a
+  buffer of its own size and moves the few bytes already received there: the rest of the frame
+  is then received in place (one copy: the kernel's). A buffer above
+  `ANONYMOUS_MAP_THRESHOLD_BYTES` is an anonymous memory map, whose pages the kernel provides as
+  bytes arrive: announcing a large frame costs address space, not memory, so a peer that sends a
+  length and stalls holds no more memory than the bytes it actually sent (as before).
+
+A length that is negative or larger than `max_frame_bytes` (socket.request.max.bytes, 100 MiB by
+default) is a `FrameError`, raised by the first `next_frame()` after the 4 length bytes arrive,
+before the body is waited for. After a `FrameError` the stream has lost its framing and cannot be
+resynchronised, so the decoder stays failed and the connection must close.
+
+Memory: the decoder holds the unconsumed bytes (at most one partial frame plus what arrived
+behind it) and the receive buffer; views handed out keep their buffer alive, nothing more.
 """
 
 from __future__ import annotations
 
+import mmap
 import struct
 
 from wire.errors import ProtocolError
@@ -35,10 +49,10 @@ LENGTH_PREFIX_BYTES = 4
 _MAX_INT32 = 2**31 - 1
 _LENGTH = struct.Struct(">i")
 
-# Consumed bytes are dropped from the front of the buffer only once they are this many and more
-# than half of it: deleting a bytearray prefix is a memmove of the tail, and doing it after every
-# small frame of a pipelined burst would make draining the burst quadratic.
-_COMPACT_THRESHOLD_BYTES = 64 * 1024
+RECEIVE_BUFFER_BYTES = 64 * 1024
+"""Size of the shared receive buffer small frames are cut from (one read's worth)."""
+ANONYMOUS_MAP_THRESHOLD_BYTES = 1024 * 1024
+"""Frame buffers at least this large are anonymous memory maps (pages provided on first write)."""
 
 
 class FrameError(ProtocolError):
@@ -53,17 +67,36 @@ def encode_frame(payload: bytes) -> bytes:
     return _LENGTH.pack(size) + payload
 
 
-class FrameDecoder:
-    """Incremental frame decoder: `feed()` bytes in, take whole payloads with `next_frame()`."""
+def frame_prefix(size: int) -> bytes:
+    """The 4-byte length that goes in front of a payload of `size` bytes sent in pieces."""
+    if not 0 <= size <= _MAX_INT32:
+        raise FrameError(f"payload of {size} bytes does not fit an int32 frame length")
+    return _LENGTH.pack(size)
 
-    __slots__ = ("_buf", "_failure", "_max_frame_bytes", "_pos")
+
+def _new_buffer(size: int) -> bytearray | mmap.mmap:
+    # bytearray(n) writes n zero bytes, touching every page at once; an anonymous map's pages are
+    # provided (zeroed) by the kernel as they are first written.
+    return mmap.mmap(-1, size) if size >= ANONYMOUS_MAP_THRESHOLD_BYTES else bytearray(size)
+
+
+class FrameDecoder:
+    """Incremental frame decoder: bytes in (`feed()`, or `receive_buffer()` + `filled()`),
+    whole payloads out of `next_frame()` as read-only memoryviews."""
+
+    __slots__ = ("_buf", "_end", "_failure", "_max_frame_bytes", "_shared", "_start", "_view")
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         if not 0 <= max_frame_bytes <= _MAX_INT32:
             raise ValueError(f"max_frame_bytes must be in [0, 2**31-1], got {max_frame_bytes}")
         self._max_frame_bytes = max_frame_bytes
-        self._buf = bytearray()
-        self._pos = 0  # start of the first byte not yet returned in a frame
+        self._buf: bytearray | mmap.mmap = bytearray(RECEIVE_BUFFER_BYTES)
+        self._view = memoryview(self._buf)
+        self._start = 0  # first byte not yet returned in a frame
+        self._end = 0  # one past the last byte received
+        # Whether a frame view of the buffer was handed out: then it is replaced, not rewound,
+        # when it has been consumed to its end.
+        self._shared = False
         self._failure: FrameError | None = None
 
     @property
@@ -72,48 +105,82 @@ class FrameDecoder:
 
     @property
     def buffered_bytes(self) -> int:
-        """Bytes fed but not yet returned as part of a frame."""
-        return len(self._buf) - self._pos
+        """Bytes received but not yet returned as part of a frame."""
+        return self._end - self._start
+
+    def receive_buffer(self) -> memoryview:
+        """Where the next received bytes go (never empty); report them with `filled(n)`."""
+        if self._failure is not None:
+            raise self._failure
+        self._make_room()
+        return self._view[self._end :]
+
+    def filled(self, count: int) -> None:
+        """`count` bytes were written at the start of the last `receive_buffer()`."""
+        if not 0 <= count <= len(self._buf) - self._end:
+            raise ValueError(f"filled({count}) beyond the receive buffer")
+        self._end += count
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Append bytes read from the stream. Raises the stored FrameError once failed."""
-        if self._failure is not None:
-            raise self._failure
-        self._buf += data
+        source = memoryview(data).cast("B")
+        while source:
+            target = self.receive_buffer()
+            count = min(len(target), len(source))
+            target[:count] = source[:count]
+            self._end += count
+            source = source[count:]
 
-    def next_frame(self) -> bytes | None:
-        """The next whole payload, or None until enough bytes have been fed.
+    def next_frame(self) -> memoryview | None:
+        """The next whole payload, or None until enough bytes have arrived.
 
         Raises FrameError when the next length is negative or above the maximum; every later
         call raises it again.
         """
         if self._failure is not None:
             raise self._failure
-        buf = self._buf
-        pos = self._pos
-        available = len(buf) - pos
-        if available < LENGTH_PREFIX_BYTES:
+        start = self._start
+        if self._end - start < LENGTH_PREFIX_BYTES:
             return None
-        (length,) = _LENGTH.unpack_from(buf, pos)
+        (length,) = _LENGTH.unpack_from(self._buf, start)
         if length < 0 or length > self._max_frame_bytes:
             self._failure = FrameError(
                 f"frame length {length} outside [0, {self._max_frame_bytes}]"
             )
             # Nothing after a bad length can be trusted; release the memory now.
             self._buf = bytearray()
-            self._pos = 0
+            self._view = memoryview(self._buf)
+            self._start = self._end = 0
             raise self._failure
-        end = pos + LENGTH_PREFIX_BYTES + length
-        if end > len(buf):
+        end = start + LENGTH_PREFIX_BYTES + length
+        if end > self._end:
             return None
-        payload = bytes(buf[pos + LENGTH_PREFIX_BYTES : end])
-        if end == len(buf):
-            # The common case for request/response traffic: the buffer drained exactly.
-            buf.clear()
-            self._pos = 0
-        elif end >= _COMPACT_THRESHOLD_BYTES and end * 2 >= len(buf):
-            del buf[:end]
-            self._pos = 0
-        else:
-            self._pos = end
-        return payload
+        self._start = end
+        self._shared = True
+        return self._view[start + LENGTH_PREFIX_BYTES : end].toreadonly()
+
+    def _make_room(self) -> None:
+        """Ensure the buffer has free space after `_end`, and room for the whole of a frame
+        whose length is known."""
+        buf, start, end = self._buf, self._start, self._end
+        if start == end and not self._shared and end:
+            self._start = self._end = 0  # consumed and never lent out: rewind in place
+            return
+        pending = end - start
+        needed = RECEIVE_BUFFER_BYTES
+        if pending >= LENGTH_PREFIX_BYTES:
+            (length,) = _LENGTH.unpack_from(buf, start)
+            if 0 <= length <= self._max_frame_bytes:
+                needed = LENGTH_PREFIX_BYTES + length
+        if end < len(buf) and start + needed <= len(buf):
+            return  # the frame in progress fits where it is, and there is space to read into
+        # A new buffer: the frame in progress (at most one partial frame) moves to its front.
+        size = max(needed, RECEIVE_BUFFER_BYTES) if needed > pending else RECEIVE_BUFFER_BYTES
+        size = max(size, pending + 1)
+        fresh = _new_buffer(size)
+        view = memoryview(fresh)
+        view[:pending] = self._view[start:end]
+        self._buf = fresh
+        self._view = view
+        self._start, self._end = 0, pending
+        self._shared = False

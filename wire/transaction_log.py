@@ -318,7 +318,7 @@ def build_transaction_batch(
 
 
 def iter_transaction_records(
-    records: bytes,
+    records: bytes | memoryview,
 ) -> Iterator[tuple[int, str, TransactionLogValue | None]]:
     """(offset, transactional id, value-or-None) of every record in stored batches. Raises
     TransactionLogError for a record without a key or one that does not decode."""

@@ -243,7 +243,10 @@ def complete(state: ShardState, producer_id: int, *, commit: bool) -> None:
 
 
 def load_batches(
-    state: ShardState, records: bytes, end: int, group_values: dict[str, GroupValue | None]
+    state: ShardState,
+    records: bytes | memoryview,
+    end: int,
+    group_values: dict[str, GroupValue | None],
 ) -> None:
     """The stored batches of one read below `end` (the high watermark when loading began), in
     log order: plain records through `offsets.load_record`, a transactional batch's offsets as
@@ -282,7 +285,7 @@ def _load_pending(
         pending[tp] = PendingTxnOffset(value, order, written=True)
 
 
-def _load_marker(state: ShardState, header: BatchHeader, batch: bytes) -> None:
+def _load_marker(state: ShardState, header: BatchHeader, batch: bytes | memoryview) -> None:
     if header.producer_id < 0:
         return
     try:

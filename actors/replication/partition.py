@@ -447,7 +447,7 @@ class PartitionActor(Actor):
     def _read_result(
         self,
         error: ErrorCode,
-        records: bytes = b"",
+        records: bytes | memoryview = b"",
         fetch_offset_metadata: LogOffsetMetadata | None = None,
         aborted_transactions: tuple[AbortedTxn, ...] | None = None,
     ) -> ReadResult:

@@ -135,7 +135,7 @@ class ReadResult:
     read (and, for a follower's fetch, after its fetch state was recorded)."""
 
     error: ErrorCode
-    records: bytes = b""
+    records: bytes | memoryview = b""
     fetch_offset_metadata: LogOffsetMetadata | None = None
     high_watermark: int = -1
     log_start_offset: int = -1

@@ -94,6 +94,7 @@ from wire.messages.data import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
 )
+from wire.messages.fields import RecordSet
 from wire.topic import TopicPartition
 
 R = TypeVar("R")
@@ -218,7 +219,7 @@ class RequestPath:
         )
 
     async def _append(
-        self, tp: TopicPartition, records: bytes, acks: int, *, duplicated: bool
+        self, tp: TopicPartition, records: RecordSet, acks: int, *, duplicated: bool
     ) -> LeaderAppendResult | ErrorCode:
         if duplicated:
             return ErrorCode.INVALID_REQUEST
@@ -627,7 +628,7 @@ def _fetch_response(
                         for txn in result.aborted_transactions
                     ]
                 ),
-                records=bytes(result.records),
+                records=result.records,
             )
         )
     return FetchResponse(

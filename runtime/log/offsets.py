@@ -49,7 +49,8 @@ class FetchDataInfo:
     """What a read returns: where it started and whole batches (possibly none)."""
 
     fetch_offset_metadata: LogOffsetMetadata
-    records: bytes
+    # A view of the bytes read when the read was cut to whole batches (no copy of the prefix).
+    records: bytes | memoryview
     first_entry_incomplete: bool = False  # the first batch did not fit and min_one was off
 
 

@@ -385,7 +385,8 @@ class LogSegment:
             return FetchDataInfo(metadata, b"", first_entry_incomplete=budget < first_size)
         data = os.pread(self._fd, want, position)
         end = whole_batches_prefix(data)
-        return FetchDataInfo(metadata, data[:end] if end < len(data) else data, budget < first_size)
+        records = memoryview(data)[:end] if end < len(data) else data
+        return FetchDataInfo(metadata, records, budget < first_size)
 
     def batch_headers_from(self, offset: int) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of each batch whose last offset is >= `offset`, headers only."""

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from runtime.net.transport import Stream
+from runtime.net.transport import Buffer, Stream
 from wire.errors import ErrorCode
 from wire.messages import Request, Response
 
@@ -36,6 +36,10 @@ class RequestContext:
     listener: str
 
 
+Answer = bytes | list[Buffer]
+"""A framed response: one bytes object, or buffers sent back to back without being joined (a
+Fetch answer's record batches as read from their segments). b"" (or []) sends nothing."""
+
 Handler = Callable[[Any, RequestContext], Awaitable[Response | None]]
 """`handler(request, ctx) -> response`; registered by API key, called for every version."""
 
@@ -55,19 +59,20 @@ class Call:
 class Dialect(Protocol):
     """One connection's protocol: cuts requests out of frames and frames their answers.
 
-    `admit(frame)` returns either a ready response frame (b"": no response), answered in order
-    without calling a handler, or a `Call` to serve; it raises `ProtocolError` when the frame
+    `admit(frame)` (a read-only view of the frame's payload, valid for as long as it is held)
+    returns either a ready response frame (b"": no response), answered in order without calling
+    a handler, or a `Call` to serve; it raises `ProtocolError` when the frame
     cannot be trusted, which closes the connection. `encode(call, response)` frames a handler's
     answer (None: no response, b""); `error(call, code)` frames an error answer for a handler
     that failed. A dialect object serves one connection (it may hold that connection's session
     state, such as the native SASL exchange).
     """
 
-    def admit(self, frame: bytes) -> bytes | Call: ...
+    def admit(self, frame: memoryview) -> Answer | Call: ...
 
-    def encode(self, call: Call, response: Response | None) -> bytes: ...
+    def encode(self, call: Call, response: Response | None) -> Answer: ...
 
-    def error(self, call: Call, code: ErrorCode) -> bytes: ...
+    def error(self, call: Call, code: ErrorCode) -> Answer: ...
 
 
 DialectFactory = Callable[["Server", Stream], Dialect]

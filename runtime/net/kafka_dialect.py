@@ -4,12 +4,15 @@ The server (runtime/net/server.py) keeps doing what it does for the native liste
 per-connection ordering of responses, backpressure, idle timeouts, graceful stop); this dialect
 only turns each frame into a `Call` on the same handlers the native listener uses, and their
 native responses into Kafka responses of the version that was asked (`wire.kafka`).
+Produce and Fetch, which carry every record, are decoded and encoded by hand
+(wire/kafka/produce_codec.py, wire/kafka/fetch_codec.py: record sets stay views of the request
+frame on the way in and of what the log read on the way out); every other API goes through kio.
 
 What a request cannot become:
 
     ApiVersions of a version not served      v0-format UNSUPPORTED_VERSION answer (client retries)
     another API or version not served        connection closed (as Kafka does)
-    header or body kio cannot decode         connection closed
+    header or body that cannot be decoded    connection closed
     a refused request (replica id on Fetch)  the API's own per-partition error answer
     handler failure                          UNKNOWN_SERVER_ERROR per partition (Kafka's way)
 
@@ -28,15 +31,15 @@ from typing import Any
 
 from kio.static.constants import EntityType
 
-from runtime.net.dialect import Call, Handler, RequestContext
+from runtime.net.dialect import Answer, Call, Handler, RequestContext
 from runtime.net.server import Server
 from runtime.net.transport import Stream
 from wire.error_responses import error_response
 from wire.errors import ErrorCode
-from wire.kafka.apis import API_VERSIONS_RANGE, APIS, KafkaApi, TopicIds
+from wire.kafka.apis import API_VERSIONS_RANGE, APIS, FetchByIds, KafkaApi, TopicIds
 from wire.kafka.codec import (
     KafkaFrameError,
-    KafkaRequest,
+    RequestPrefix,
     decode_request,
     encode_response,
     read_prefix,
@@ -44,7 +47,17 @@ from wire.kafka.codec import (
     unsupported_api_versions,
 )
 from wire.kafka.convert import to_kio
-from wire.messages import ApiKey, ApiVersionsResponse, ApiVersionsResponseKey, Response
+from wire.kafka.fetch_codec import decode_fetch_request, encode_fetch_response
+from wire.kafka.produce_codec import decode_produce_request, encode_produce_response
+from wire.messages import (
+    ApiKey,
+    ApiVersionsResponse,
+    ApiVersionsResponseKey,
+    FetchResponse,
+    ProduceResponse,
+    Request,
+    Response,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -76,7 +89,7 @@ class KafkaDialect:
 
     # -- admitting a frame ------------------------------------------------------------------------
 
-    def admit(self, frame: bytes) -> bytes | Call:
+    def admit(self, frame: memoryview) -> Answer | Call:
         protocol = self.protocol
         prefix = read_prefix(frame)
         api = protocol.apis.get(prefix.api_key)
@@ -86,28 +99,36 @@ class KafkaDialect:
             raise KafkaFrameError(
                 f"API {prefix.api_key} v{prefix.api_version} is not served on the Kafka listener"
             )
-        request = decode_request(frame, prefix)
-        response_cls = schema(request.api_key, request.api_version, EntityType.response)
-        if api.key == ApiKey.API_VERSIONS:
-            return encode_response(request.correlation_id, self.api_versions(response_cls))
-        try:
-            native, note = api.native_request(request.body, request.api_version, protocol.topics)
-        except (TypeError, ValueError) as exc:
-            # A value kio accepts but the native message cannot hold (out of its range).
-            raise KafkaFrameError(f"API {api.key} v{request.api_version}: {exc}") from None
+        response_cls = schema(prefix.api_key, prefix.api_version, EntityType.response)
+        native: Request
+        note: object = None
+        if api.key == ApiKey.PRODUCE:
+            client_id, native = decode_produce_request(frame, prefix)
+        elif api.key == ApiKey.FETCH:
+            client_id, native, note = decode_fetch_request(frame, prefix, protocol.topics)
+        else:
+            request = decode_request(frame, prefix)
+            if api.key == ApiKey.API_VERSIONS:
+                return encode_response(request.correlation_id, self.api_versions(response_cls))
+            client_id = request.client_id
+            try:
+                native, note = api.native_request(request.body, prefix.api_version, protocol.topics)
+            except (TypeError, ValueError) as exc:
+                # A value kio accepts but the native message cannot hold (out of its range).
+                raise KafkaFrameError(f"API {api.key} v{prefix.api_version}: {exc}") from None
         origin = _Origin(api, response_cls, note)
-        call = Call(protocol.handlers[api.key], native, self._context(request), origin)
+        call = Call(protocol.handlers[api.key], native, self._context(prefix, client_id), origin)
         if api.refuse is not None and (code := api.refuse(native)) is not None:
             return self.error(call, code)
         return call
 
-    def _context(self, request: KafkaRequest) -> RequestContext:
+    def _context(self, prefix: RequestPrefix, client_id: str | None) -> RequestContext:
         return RequestContext(
             peer=self.peer,
-            client_id=request.client_id,
-            api_key=request.api_key,
-            api_version=request.api_version,
-            correlation_id=request.correlation_id,
+            client_id=client_id,
+            api_key=prefix.api_key,
+            api_version=prefix.api_version,
+            correlation_id=prefix.correlation_id,
             cluster_member=False,
             listener=self.listener,
         )
@@ -124,17 +145,26 @@ class KafkaDialect:
 
     # -- answering --------------------------------------------------------------------------------
 
-    def encode(self, call: Call, response: Response | None) -> bytes:
+    def encode(self, call: Call, response: Response | None) -> Answer:
         if response is None:
             return b""  # Produce with acks=0: Kafka sends nothing back
         origin = call.origin
         assert isinstance(origin, _Origin)
+        context = call.context
+        if isinstance(response, ProduceResponse):
+            return encode_produce_response(context.correlation_id, context.api_version, response)
+        if isinstance(response, FetchResponse):
+            note = origin.note
+            assert note is None or isinstance(note, FetchByIds)
+            return encode_fetch_response(
+                context.correlation_id, context.api_version, response, note, self.protocol.topics
+            )
         answer = origin.api.kio_response(
             response, origin.response_cls, origin.note, self.protocol.topics
         )
         return encode_response(call.context.correlation_id, answer)
 
-    def error(self, call: Call, code: ErrorCode) -> bytes:
+    def error(self, call: Call, code: ErrorCode) -> Answer:
         return self.encode(call, error_response(call.request, code))
 
 

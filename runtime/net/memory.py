@@ -62,11 +62,11 @@ import itertools
 import logging
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from runtime.clock import NS_PER_MS, NS_PER_S, Alarm, Clock
-from runtime.net.transport import Address, ConnectionClosedError, StreamHandler
+from runtime.net.transport import Address, Buffer, ConnectionClosedError, StreamHandler
 
 DEFAULT_BUFFER_BYTES = 1024 * 1024
 _FIRST_LISTEN_PORT = 40_000
@@ -214,6 +214,37 @@ class MemoryStream:
         pipe.unread_bytes -= len(data)
         pipe.wake_sender()
         return data
+
+    async def receive_into(self, buffer: memoryview) -> int:
+        pipe = self._incoming
+        while not pipe.inbox:
+            if pipe.fin_delivered or pipe.reader_done or pipe.broken:
+                return 0
+            assert pipe.read_waiter is None, "receive() called concurrently on one stream"
+            pipe.read_waiter = asyncio.get_running_loop().create_future()
+            try:
+                await pipe.read_waiter
+            finally:
+                pipe.read_waiter = None
+        inbox = pipe.inbox
+        copied = 0
+        while inbox and copied < len(buffer):
+            chunk = inbox[0]
+            count = min(len(chunk), len(buffer) - copied)
+            buffer[copied : copied + count] = chunk[:count]
+            copied += count
+            if count == len(chunk):
+                inbox.popleft()
+            else:
+                inbox[0] = chunk[count:]
+        pipe.unread_bytes -= copied
+        pipe.wake_sender()
+        return copied
+
+    async def send_buffers(self, buffers: Sequence[Buffer]) -> None:
+        # One chunk, as one send() of the joined bytes: what the network's faults and tracers
+        # see does not depend on how the sender split its data.
+        await self.send(b"".join(buffers))
 
     async def send(self, data: bytes) -> None:
         pipe = self._outgoing

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from runtime.net import auth
 from runtime.net.auth import ServerAuthenticator
-from runtime.net.dialect import Call, RequestContext
+from runtime.net.dialect import Answer, Call, RequestContext
 from runtime.net.transport import Stream
 from wire.envelope import ResponseEnvelope, decode_request, encode_response
 from wire.errors import ErrorCode
@@ -56,7 +56,7 @@ class NativeDialect:
         self.peer = stream.peer
         self.authenticator = ServerAuthenticator(server.cluster_secret)
 
-    def admit(self, frame: bytes) -> bytes | Call:
+    def admit(self, frame: memoryview) -> Answer | Call:
         envelope = decode_request(frame)
         correlation_id = envelope.correlation_id
         try:

@@ -59,9 +59,9 @@ from typing import Any, Self
 
 from runtime.clock import NS_PER_MS, Alarm, Clock
 from runtime.net.auth import ServerAuthenticator
-from runtime.net.dialect import Call, DialectFactory, Handler, RequestContext
+from runtime.net.dialect import Answer, Call, DialectFactory, Handler, RequestContext
 from runtime.net.native_dialect import NativeDialect
-from runtime.net.transport import Address, Listener, Stream, Transport
+from runtime.net.transport import Address, Buffer, Listener, Stream, Transport
 from runtime.properties import config_from_properties
 from wire.errors import ErrorCode, ProtocolError
 from wire.frames import FrameDecoder
@@ -125,7 +125,7 @@ class _Slot:
 
     __slots__ = ("frame",)
 
-    def __init__(self, frame: bytes | None = None) -> None:
+    def __init__(self, frame: Answer | None = None) -> None:
         self.frame = frame  # the encoded response frame once it is known
 
 
@@ -168,12 +168,15 @@ class _Connection:
     async def read_loop(self) -> None:
         server = self.server
         cap = server.config.queued_max_requests
+        decoder = self.decoder
+        stream = self.stream
         while True:
-            data = await self.stream.receive()
-            if not data:
+            # Straight into the frame being assembled: a request's records are never copied.
+            received = await stream.receive_into(decoder.receive_buffer())
+            if not received:
                 return
             self.last_active_ns = server.clock.monotonic_ns()
-            self.decoder.feed(data)
+            decoder.filled(received)
             while True:
                 while len(self.pending) >= cap:
                     await self.wait_for_slot()
@@ -183,7 +186,7 @@ class _Connection:
                     # No new requests once stopping; answer what is outstanding, then close.
                     await self.wait_drained()
                     return
-                frame = self.decoder.next_frame()
+                frame = decoder.next_frame()
                 if frame is None:
                     break
                 self.dispatch(frame)
@@ -200,9 +203,9 @@ class _Connection:
         finally:
             self.slot_waiter = None
 
-    def dispatch(self, frame: bytes) -> None:
+    def dispatch(self, frame: memoryview) -> None:
         admitted = self.dialect.admit(frame)
-        if isinstance(admitted, bytes):
+        if not isinstance(admitted, Call):
             self.pending.append(_Slot(admitted))
             return
         slot = _Slot()
@@ -243,7 +246,7 @@ class _Connection:
             self.flush_scheduled = True
             self.server.spawn(self.deferred_flush())
 
-    def failure_frame(self, call: Call) -> bytes:
+    def failure_frame(self, call: Call) -> Answer:
         # A handler bug must cost one error response, never the connection or the server.
         context = call.context
         _log.exception(
@@ -275,14 +278,22 @@ class _Connection:
         pending = self.pending
         try:
             while pending and pending[0].frame is not None:
-                frames: list[bytes] = []
+                buffers: list[Buffer] = []
                 while pending and (frame := pending[0].frame) is not None:
-                    frames.append(frame)
+                    if isinstance(frame, bytes):
+                        if frame:
+                            buffers.append(frame)
+                    else:
+                        buffers.extend(frame)
                     pending.popleft()
                 self.wake_reader()
-                data = frames[0] if len(frames) == 1 else b"".join(frames)
-                if data and not self.closed:
-                    await self.stream.send(data)
+                if not buffers or self.closed:
+                    continue
+                if len(buffers) == 1 and isinstance(buffers[0], bytes):
+                    await self.stream.send(buffers[0])
+                else:
+                    # A pipelined burst, or an answer in pieces: one vectored write, no join.
+                    await self.stream.send_buffers(buffers)
         except OSError as exc:
             _log.debug("cannot answer %s: %s", self.stream.peer, exc)
             self.pending.clear()

@@ -6,11 +6,12 @@ one object fewer per chunk on the hot path, and the close/broken semantics of
 
 Flow control in both directions:
 
-* Reading: received chunks queue in the protocol until `receive()` takes them. Once more than
-  `READ_HIGH_WATER_BYTES` are queued the socket is paused, so a server that stops calling
-  `receive()` (its per-connection in-flight cap) pushes back on the peer through TCP's window.
-* Writing: `send()` writes into the transport's buffer and waits only while the transport has
-  paused writing (its buffer is above its high-water mark).
+* Reading: a reader waiting in `receive_into()` has the socket read straight into its buffer;
+  bytes that arrive while no reader waits queue in the protocol. Once more than
+  `READ_HIGH_WATER_BYTES` are queued the socket is paused, so a server that stops receiving
+  (its per-connection in-flight cap) pushes back on the peer through TCP's window.
+* Writing: `send()` and `send_buffers()` write into the transport's buffer and wait only while
+  the transport has paused writing (its buffer is above its high-water mark).
 
 TLS is the standard `ssl` module's: pass an `ssl.SSLContext` for the server side, the client
 side, or both. The handshake completes before a stream is handed out.
@@ -30,12 +31,14 @@ import ipaddress
 import logging
 import ssl
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Final, cast
 
-from runtime.net.transport import Address, ConnectionClosedError, StreamHandler
+from runtime.net.transport import Address, Buffer, ConnectionClosedError, StreamHandler
 
 READ_HIGH_WATER_BYTES = 256 * 1024
+# Size of the chunks bytes received while no reader waits are stashed in.
+STASH_CHUNK_BYTES = 64 * 1024
 # How long `aclose()` waits for buffered output to flush before it aborts the connection.
 CLOSE_FLUSH_TIMEOUT_S = 5.0
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
@@ -84,18 +87,31 @@ def _format_peer(peername: object) -> str:
     return str(peername)
 
 
-class _StreamProtocol(asyncio.Protocol):
-    """Buffers received chunks and tracks the write-pause state for one connection."""
+class _StreamProtocol(asyncio.BufferedProtocol):
+    """Receives into the waiting reader's buffer (or a stash when none waits) and tracks the
+    write-pause state for one connection.
+
+    A `BufferedProtocol`: the transport asks `get_buffer()` where to put each read and reports
+    the count in `buffer_updated()`. While a reader waits in `receive_into()` its own buffer is
+    lent out, so the bytes land where the reader wants them (for ketch's servers: in the frame
+    they belong to) with no copy in user space. Bytes that arrive while no reader waits go to
+    stash chunks, copied out by the next `receive_into()` or joined by `receive()`.
+    """
 
     def __init__(self, on_connected: StreamHandler | None, listener: _TcpListener | None) -> None:
         self._on_connected = on_connected
         self._listener = listener
         self.transport: asyncio.Transport | None = None
-        self.chunks: deque[bytes] = deque()
-        self.buffered_bytes = 0
+        self.stash: deque[memoryview] = deque()
+        self.buffered_bytes = 0  # bytes in the stash
         self.reading_paused = False
         self.finished = False  # no more data will be received
         self.lost = False  # connection_lost has run
+        self.target: memoryview | None = None  # the waiting reader's buffer
+        self.target_filled = 0
+        self._lent_target = False  # whether the last get_buffer() lent the reader's buffer
+        self._spare = memoryview(bytearray(0))
+        self._spare_used = 0
         self._read_waiter: asyncio.Future[None] | None = None
         self._drain_waiter: asyncio.Future[None] | None = None
         self._write_paused = False
@@ -109,13 +125,30 @@ class _StreamProtocol(asyncio.Protocol):
         if self._on_connected is not None and self._listener is not None:
             self._listener.spawn(self._on_connected, TcpStream(self.transport, self))
 
-    def data_received(self, data: bytes) -> None:
-        self.chunks.append(data)
-        self.buffered_bytes += len(data)
-        if self.buffered_bytes > READ_HIGH_WATER_BYTES and not self.reading_paused:
-            assert self.transport is not None
-            self.reading_paused = True
-            self.transport.pause_reading()
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self.target is not None and not self.target_filled:
+            self._lent_target = True
+            return self.target
+        self._lent_target = False
+        if self._spare_used == len(self._spare):
+            # Stash views keep the old chunk alive; a fresh one is never written under them.
+            self._spare = memoryview(bytearray(STASH_CHUNK_BYTES))
+            self._spare_used = 0
+        return self._spare[self._spare_used :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._lent_target:
+            self._lent_target = False
+            self.target_filled = nbytes
+        else:
+            used = self._spare_used
+            self.stash.append(self._spare[used : used + nbytes])
+            self._spare_used = used + nbytes
+            self.buffered_bytes += nbytes
+            if self.buffered_bytes > READ_HIGH_WATER_BYTES and not self.reading_paused:
+                assert self.transport is not None
+                self.reading_paused = True
+                self.transport.pause_reading()
         self._wake_reader()
 
     def eof_received(self) -> bool:
@@ -149,6 +182,30 @@ class _StreamProtocol(asyncio.Protocol):
     def _wake_reader(self) -> None:
         if self._read_waiter is not None and not self._read_waiter.done():
             self._read_waiter.set_result(None)
+
+    def take_stash(self, into: memoryview) -> int:
+        """Copy stashed bytes into `into` (as many as fit); the count."""
+        stash = self.stash
+        copied = 0
+        room = len(into)
+        while stash and copied < room:
+            chunk = stash[0]
+            count = min(len(chunk), room - copied)
+            into[copied : copied + count] = chunk[:count]
+            copied += count
+            if count == len(chunk):
+                stash.popleft()
+            else:
+                stash[0] = chunk[count:]
+        self.consumed(copied)
+        return copied
+
+    def consumed(self, count: int) -> None:
+        self.buffered_bytes -= count
+        if self.reading_paused and not self.lost and self.buffered_bytes <= READ_HIGH_WATER_BYTES:
+            self.reading_paused = False
+            assert self.transport is not None
+            self.transport.resume_reading()
 
     async def wait_readable(self) -> None:
         assert self._read_waiter is None, "receive() called concurrently on one stream"
@@ -199,18 +256,32 @@ class TcpStream:
 
     async def receive(self) -> bytes:
         protocol = self._protocol
-        while not protocol.chunks:
+        while not protocol.stash:
             if protocol.finished:
                 return b""
             await protocol.wait_readable()
-        chunks = protocol.chunks
-        data = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
-        chunks.clear()
-        protocol.buffered_bytes = 0
-        if protocol.reading_paused and not protocol.lost:
-            protocol.reading_paused = False
-            self._transport.resume_reading()
+        data = b"".join(protocol.stash)
+        protocol.stash.clear()
+        protocol.consumed(len(data))
         return data
+
+    async def receive_into(self, buffer: memoryview) -> int:
+        protocol = self._protocol
+        while True:
+            if protocol.stash:
+                return protocol.take_stash(buffer)
+            if protocol.finished:
+                return 0
+            protocol.target = buffer
+            protocol.target_filled = 0
+            try:
+                await protocol.wait_readable()
+                filled = protocol.target_filled
+            finally:
+                protocol.target = None
+                protocol.target_filled = 0
+            if filled:
+                return filled
 
     async def send(self, data: bytes) -> None:
         if self._transport.is_closing() or self._protocol.lost:
@@ -218,9 +289,17 @@ class TcpStream:
         self._transport.write(data)
         await self._protocol.wait_writable()
 
+    async def send_buffers(self, buffers: Sequence[Buffer]) -> None:
+        if self._transport.is_closing() or self._protocol.lost:
+            raise ConnectionClosedError(f"connection to {self._peer} is closed")
+        # uvloop queues each buffer as it is (a vectored write), never joining them.
+        self._transport.writelines(buffers)
+        await self._protocol.wait_writable()
+
     async def aclose(self) -> None:
         protocol = self._protocol
-        protocol.chunks.clear()
+        protocol.stash.clear()
+        protocol.buffered_bytes = 0
         protocol.finish()
         if protocol.lost:
             return

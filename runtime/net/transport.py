@@ -10,10 +10,16 @@ Contract shared by every implementation:
   job). It returns `b""` once the stream is finished: the peer closed it, the connection broke,
   or this side called `aclose()` (a reader blocked in `receive()` is then woken with `b""`).
   After the first `b""` every later call returns `b""` too.
+* `Stream.receive_into(buffer)` writes the next received bytes (at most `len(buffer)`) into
+  `buffer` and returns how many; 0 once the stream is finished, as `b""` for `receive()`. A
+  reader that frames the stream itself (`wire.frames.FrameDecoder`) receives this way, straight
+  into the frame being assembled. One stream may be read both ways, one call at a time.
 * `Stream.send(data)` queues all of `data` for delivery, in order, and returns when the
   transport has accepted it; it waits (backpressure) while the peer is not reading and the
   transport's buffer is full. It raises `ConnectionClosedError` if the stream is closed or
-  broken. Only one task may send on a stream at a time.
+  broken. Only one task may send on a stream at a time. `send_buffers(buffers)` is the same
+  for several buffers sent back to back, handed to the transport without being joined (a
+  response whose record batches are views of what was read from a segment).
 * `Stream.aclose()` is idempotent. Data already accepted by `send()` is still delivered.
 * `Transport.connect()` raises `ConnectionRefusedError` when nothing listens at the address and
   `TimeoutError` when no connection is established within `timeout_s`.
@@ -24,9 +30,12 @@ Contract shared by every implementation:
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+Buffer = bytes | bytearray | memoryview
+"""What streams send and receive into: any contiguous bytes-like object."""
 
 
 class ConnectionClosedError(ConnectionError):
@@ -75,8 +84,16 @@ class Stream(Protocol):
         """The next chunk of received bytes; `b""` once the stream is finished."""
         ...
 
+    async def receive_into(self, buffer: memoryview) -> int:
+        """Receive into `buffer`: the count written, 0 once the stream is finished."""
+        ...
+
     async def send(self, data: bytes) -> None:
         """Queue `data` for delivery; raises `ConnectionClosedError` if the stream is gone."""
+        ...
+
+    async def send_buffers(self, buffers: Sequence[Buffer]) -> None:
+        """Queue every buffer, in order, as if joined and sent with `send()`."""
         ...
 
     async def aclose(self) -> None:

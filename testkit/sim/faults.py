@@ -68,7 +68,7 @@ from testkit.disk import fail_log_writes
 from testkit.sim.loop import SimClock
 from wire.envelope import decode_request
 from wire.errors import ProtocolError
-from wire.frames import FrameDecoder
+from wire.frames import LENGTH_PREFIX_BYTES
 from wire.messages import AlterPartitionRequest
 from wire.records import iter_batches
 
@@ -174,11 +174,13 @@ def is_request(api_key: int) -> Callable[[bytes], bool]:
     frame per chunk, so a request is recognised from the chunk that carries it)."""
 
     def test(chunk: bytes) -> bool:
-        decoder = FrameDecoder()
-        decoder.feed(chunk)
+        if len(chunk) < LENGTH_PREFIX_BYTES:
+            return False
+        end = LENGTH_PREFIX_BYTES + int.from_bytes(chunk[:LENGTH_PREFIX_BYTES], "big", signed=True)
+        if not LENGTH_PREFIX_BYTES <= end <= len(chunk):
+            return False
         try:
-            frame = decoder.next_frame()
-            return frame is not None and decode_request(frame).api_key == api_key
+            return decode_request(memoryview(chunk)[LENGTH_PREFIX_BYTES:end]).api_key == api_key
         except ProtocolError:
             return False
 

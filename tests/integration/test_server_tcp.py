@@ -61,7 +61,7 @@ class Client:
                     return None
                 self.decoder.feed(data)
                 while (frame := self.decoder.next_frame()) is not None:
-                    self.frames.append(frame)
+                    self.frames.append(bytes(frame))
         return decode_response(self.frames.popleft())
 
     async def call(self, correlation_id: int, request: Request) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from kio.static.constants import EntityType
 
 from wire.errors import ErrorCode, ProtocolError
 from wire.frames import encode_frame
+from wire.kafka.guard import check_request
 
 _PREFIX: Final = struct.Struct(">hhi")
 _API_VERSIONS_V0_ERROR: Final = struct.Struct(">ihi")  # correlation id, error code, array length
@@ -58,7 +59,7 @@ class KafkaRequest:
     body: Any
 
 
-def read_prefix(frame: bytes) -> RequestPrefix:
+def read_prefix(frame: bytes | memoryview) -> RequestPrefix:
     if len(frame) < _PREFIX.size:
         raise KafkaFrameError(f"request of {len(frame)} bytes is shorter than a request header")
     api_key, api_version, correlation_id = _PREFIX.unpack_from(frame)
@@ -104,15 +105,19 @@ def _writer(cls: type[Any]) -> Any:
     return writer
 
 
-def decode_request(frame: bytes, prefix: RequestPrefix) -> KafkaRequest:
+def decode_request(frame: bytes | memoryview, prefix: RequestPrefix) -> KafkaRequest:
     """Header and body of a request whose API version ketch serves."""
     request_cls = schema(prefix.api_key, prefix.api_version, EntityType.request)
     try:
+        # Before kio: a count its frame cannot hold would make kio's native reader reserve
+        # gigabytes and abort the process (wire/kafka/guard.py).
+        check_request(frame, request_cls)
         header, used = _reader(request_cls.__header_schema__)(frame, 0)
         body, _ = _reader(request_cls)(frame, used)
     except Exception as exc:
-        # kio's DecodeError family, KeyError for an unknown tagged field, ValueError for a bad
-        # enum or UTF-8, IndexError, ...: none of it may escape into the server.
+        # The guard's RequestLayoutError, kio's DecodeError family, KeyError for an unknown
+        # tagged field, ValueError for a bad enum or UTF-8, IndexError, ...: none of it may
+        # escape into the server.
         raise KafkaFrameError(
             f"malformed API {prefix.api_key} v{prefix.api_version} request "
             f"(correlation id {prefix.correlation_id}): {type(exc).__name__}: {exc}"

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from wire.messages.base import ApiKey, Request, Response
-from wire.messages.fields import ZERO_UUID, Int8, Int16, Int32, Uuid
+from wire.messages.fields import ZERO_UUID, Int8, Int16, Int32, RecordSet, Uuid
 
 # -- ApiVersions (18) ------------------------------------------------------------------------------
 
@@ -110,7 +110,7 @@ class MetadataRequest(Request):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PartitionProduceData:
     index: Int32
-    records: bytes
+    records: RecordSet
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -200,7 +200,7 @@ class FetchResponsePartition:
     last_stable_offset: int = -1
     log_start_offset: int = -1
     aborted_transactions: list[FetchAbortedTransaction] | None = None
-    records: bytes = b""
+    records: RecordSet = b""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -6,6 +6,7 @@ built from
     Int8, Int16, Int32, int             msgpack int within Kafka's int8/16/32/64 range
     bool, str, bytes, float             msgpack bool, str, bin, float
     Uuid                                bin of exactly 16 bytes (topic ids; ZERO_UUID = unset)
+    RecordSet                           bin; bytes or a memoryview (msgpack decodes bytes)
     X | None                            X or nil (only where the field says Optional)
     list[X]                             array of X
     a nested frozen dataclass           map of its fields (topics, partitions, ...)
@@ -61,6 +62,16 @@ Int8: TypeAlias = Annotated[int, _INT8]
 Int16: TypeAlias = Annotated[int, _INT16]
 Int32: TypeAlias = Annotated[int, _INT32]
 # A plain `int` field is Kafka's int64: msgpack could carry up to 2**64-1, which no field means.
+
+@dataclass(frozen=True, slots=True)
+class AnyBuffer:
+    """`Annotated` marker: a field that holds bytes or a memoryview (sent alike as a bin)."""
+
+
+RecordSet: TypeAlias = Annotated[bytes | memoryview, AnyBuffer()]
+"""Record batches: bytes, or a read-only view (of a request frame, of what a log read) that
+reaches the disk or the socket without a copy. msgpack decodes a bin as bytes; a body built in
+process may still hold the view."""
 
 UUID_BYTES = 16
 Uuid: TypeAlias = Annotated[bytes, FixedLen(UUID_BYTES)]
@@ -231,6 +242,8 @@ def _unwrap(hint: Any) -> tuple[str, Any]:
     if origin is Annotated:
         base, *meta = typing.get_args(hint)
         for mark in meta:
+            if isinstance(mark, AnyBuffer):
+                return "scalar", _Scalar("type({v}) is bytes or type({v}) is memoryview", "bytes")
             if isinstance(mark, FixedLen) and base is bytes:
                 desc = f"{mark.size} bytes"
                 return "scalar", _Scalar(

@@ -265,12 +265,13 @@ class ScriptedCluster:
             parts = []
             for data in topic.partition_data:
                 tp = TopicPartition(topic.name, data.index)
-                self.produced.append((tp, data.records))
+                records = bytes(data.records)
+                self.produced.append((tp, records))
                 code = self._error_for(broker, tp, self.produce_errors)
                 if code != ErrorCode.NONE:
                     parts.append(PartitionProduceResponse(index=data.index, error_code=code))
                     continue
-                code, duplicate_of = self._check_sequence(tp, data.records)
+                code, duplicate_of = self._check_sequence(tp, records)
                 if code != ErrorCode.NONE:
                     parts.append(PartitionProduceResponse(index=data.index, error_code=code))
                     continue
@@ -278,8 +279,8 @@ class ScriptedCluster:
                     answer = PartitionProduceResponse(index=data.index, base_offset=duplicate_of)
                     parts.append(answer)
                     continue
-                base = self.logs[tp].append(data.records)
-                self._record_sequence(tp, data.records, base)
+                base = self.logs[tp].append(records)
+                self._record_sequence(tp, records, base)
                 parts.append(PartitionProduceResponse(index=data.index, base_offset=base))
             responses.append(TopicProduceResponse(name=topic.name, partition_responses=parts))
         self._appended.set()

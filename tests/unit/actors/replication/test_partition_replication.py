@@ -414,7 +414,7 @@ async def test_a_former_leader_keeps_its_high_watermark_as_a_follower(brokers: B
 
 
 def _all_bytes(replica: Replica) -> bytes:
-    return replica.log.read(replica.log.log_start_offset, MAX_BYTES).records
+    return bytes(replica.log.read(replica.log.log_start_offset, MAX_BYTES).records)
 
 
 async def _truncate_by_epoch(follower: Replica, leader: Replica) -> int:

@@ -45,11 +45,11 @@ def kafka_python_batch(count: int = 3, *, ts: int = WALL_MS, compression: int = 
     return bytes(builder.build())
 
 
-def offsets_of(data: bytes) -> list[int]:
+def offsets_of(data: bytes | memoryview) -> list[int]:
     return [record.offset for pos, _ in iter_batches(data) for record in iter_records(data, pos)]
 
 
-def batch_bases(data: bytes) -> list[int]:
+def batch_bases(data: bytes | memoryview) -> list[int]:
     return [header.base_offset for _, header in iter_batches(data)]
 
 

@@ -65,7 +65,7 @@ class RawClient:
                     break
                 self.decoder.feed(data)
                 while (frame := self.decoder.next_frame()) is not None:
-                    self.frames.append(frame)
+                    self.frames.append(bytes(frame))
         return decode_response(self.frames.popleft()) if self.frames else None
 
     async def call(self, correlation_id: int, request: Request) -> dict[str, Any]:

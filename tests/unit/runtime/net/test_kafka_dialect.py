@@ -98,7 +98,7 @@ class KafkaRawClient:
                     break
                 self.decoder.feed(data)
                 while (frame := self.decoder.next_frame()) is not None:
-                    self.frames.append(frame)
+                    self.frames.append(bytes(frame))
         return self.frames.popleft() if self.frames else None
 
     async def response(self, api_key: int, version: int) -> tuple[int, Any]:

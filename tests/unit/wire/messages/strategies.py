@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from wire import messages as m
 from wire.messages import FixedLen, IntRange
+from wire.messages.fields import AnyBuffer
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 
@@ -27,6 +28,10 @@ def strategy_for(hint: Any) -> st.SearchStrategy[Any]:
     if origin is Annotated:
         base, *meta = typing.get_args(hint)
         for mark in meta:
+            if isinstance(mark, AnyBuffer):
+                # Built from either; decoded as bytes (equal to the view it was sent as).
+                binary = st.binary(max_size=48)
+                return binary | binary.map(lambda data: memoryview(data).toreadonly())
             if isinstance(mark, FixedLen):
                 return st.binary(min_size=mark.size, max_size=mark.size)
             if isinstance(mark, IntRange):
