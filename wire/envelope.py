@@ -20,6 +20,7 @@ from msgpack or from shape checks, is an `EnvelopeError`; nothing else escapes.
 
 from __future__ import annotations
 
+import secrets
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,7 @@ from typing import Any
 import msgpack
 
 from wire.errors import ProtocolError
+from wire.frames import frame_prefix
 
 DEFAULT_MAX_CONTAINER_LEN = 1 << 20
 """Most items in one msgpack array or map: far above any real body (a Metadata response for a
@@ -85,6 +87,68 @@ def encode_request(env: RequestEnvelope) -> bytes:
 def encode_response(env: ResponseEnvelope) -> bytes:
     """The msgpack payload for `env` (without the frame length)."""
     return _pack({"correlation_id": env.correlation_id, "body": env.body})
+
+
+def encode_response_buffers(env: ResponseEnvelope) -> list[bytes | bytearray | memoryview]:
+    """The whole frame of `env` (its 4-byte length first) as buffers to send back to back,
+    every bin of at least `LARGE_BIN_BYTES` (a fetch answer's record batches) its own buffer,
+    never copied into the msgpack output.
+
+    msgpack has no way to leave a value out, so each large bin is first replaced by a token (a
+    16-byte bin: a per-process random prefix and its index), the small remainder is packed in C,
+    and the output is cut at each token, where the bin's own header and the bin itself go in.
+    The prefix is random so that no bin left in the output can pass for a token (a record set
+    from a client could otherwise be made to).
+    """
+    large: list[bytes | memoryview] = []
+    body = _lift_large_bins(env.body, large)
+    packed = _pack({"correlation_id": env.correlation_id, "body": body})
+    if not large:
+        return [frame_prefix(len(packed)), packed]
+    view = memoryview(packed)
+    parts: list[bytes | bytearray | memoryview] = []
+    size = 0
+    position = 0
+    for index, value in enumerate(large):
+        token = _TOKEN_HEADER + _TOKEN_PREFIX + index.to_bytes(4, "big")
+        at = packed.find(token, position)
+        if at < 0:
+            raise EnvelopeError(f"lost track of bin {index} while encoding")
+        header = _bin_header(len(value))
+        parts += (view[position:at], header, value)
+        size += at - position + len(header) + len(value)
+        position = at + len(token)
+    parts.append(view[position:])
+    size += len(packed) - position
+    return [frame_prefix(size), *parts]
+
+
+LARGE_BIN_BYTES = 16 * 1024
+"""Bins at least this large are sent as buffers of their own by `encode_response_buffers`."""
+_TOKEN_PREFIX = secrets.token_bytes(12)
+_TOKEN_HEADER = b"\xc4\x10"  # msgpack bin 8 of 16 bytes: how a token is packed
+
+
+def _lift_large_bins(value: Any, large: list[bytes | memoryview]) -> Any:
+    """`value` with each large bin replaced by its token (appended to `large`, in the order
+    msgpack will write them: maps in insertion order, arrays in order)."""
+    kind = type(value)
+    if kind is dict:
+        return {key: _lift_large_bins(item, large) for key, item in value.items()}
+    if kind is list:
+        return [_lift_large_bins(item, large) for item in value]
+    if (kind is bytes or kind is memoryview) and len(value) >= LARGE_BIN_BYTES:
+        large.append(value)
+        return _TOKEN_PREFIX + (len(large) - 1).to_bytes(4, "big")
+    return value
+
+
+def _bin_header(size: int) -> bytes:
+    if size < 0x100:
+        return b"\xc4" + size.to_bytes(1, "big")
+    if size < 0x10000:
+        return b"\xc5" + size.to_bytes(2, "big")
+    return b"\xc6" + size.to_bytes(4, "big")
 
 
 def decode_request(

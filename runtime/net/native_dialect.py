@@ -18,12 +18,18 @@ from runtime.net import auth
 from runtime.net.auth import ServerAuthenticator
 from runtime.net.dialect import Answer, Call, RequestContext
 from runtime.net.transport import Stream
-from wire.envelope import ResponseEnvelope, decode_request, encode_response
+from wire.envelope import (
+    ResponseEnvelope,
+    decode_request,
+    encode_response,
+    encode_response_buffers,
+)
 from wire.errors import ErrorCode
 from wire.frames import encode_frame
 from wire.messages import (
     CONTROL_PLANE_API_KEYS,
     ApiKey,
+    FetchResponse,
     MessageError,
     Request,
     Response,
@@ -89,9 +95,13 @@ class NativeDialect:
         )
         return Call(handler, request, context)
 
-    def encode(self, call: Call, response: Response | None) -> bytes:
+    def encode(self, call: Call, response: Response | None) -> Answer:
         if response is None:
             return b""
+        if isinstance(response, FetchResponse):
+            # Record batches go out as the buffers the log read, not copied into the frame.
+            envelope = ResponseEnvelope(call.context.correlation_id, response.to_body())
+            return encode_response_buffers(envelope)
         return _response_frame(call.context.correlation_id, response.to_body())
 
     def error(self, call: Call, code: ErrorCode) -> bytes:

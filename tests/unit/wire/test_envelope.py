@@ -6,8 +6,11 @@ from typing import Any
 
 import msgpack
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from wire.envelope import (
+    LARGE_BIN_BYTES,
     EnvelopeError,
     RequestEnvelope,
     ResponseEnvelope,
@@ -15,6 +18,7 @@ from wire.envelope import (
     decode_response,
     encode_request,
     encode_response,
+    encode_response_buffers,
 )
 from wire.errors import ProtocolError
 
@@ -171,3 +175,45 @@ def test_envelope_error_is_a_protocol_error() -> None:
 def test_decode_accepts_bytearray_and_memoryview() -> None:
     payload = encode_request(RequestEnvelope(18, 0, 9, "c", {}))
     assert decode_request(bytearray(payload)) == decode_request(memoryview(payload))
+
+
+def _joined_frame(buffers: list[bytes | bytearray | memoryview]) -> bytes:
+    frame = b"".join(bytes(b) for b in buffers)
+    assert int.from_bytes(frame[:4], "big") == len(frame) - 4
+    return frame[4:]
+
+
+@settings(max_examples=60, derandomize=True)
+@given(
+    sizes=st.lists(
+        st.sampled_from([0, 5, LARGE_BIN_BYTES - 1, LARGE_BIN_BYTES, 70_000]), max_size=5
+    ),
+    as_views=st.booleans(),
+)
+def test_response_buffers_equal_the_packed_frame(sizes: list[int], as_views: bool) -> None:
+    """Any mix of small and large bins (the large ones views or bytes) gives the frame that
+    packing the whole envelope gives, byte for byte, and each large bin is passed through as
+    the very object the body held."""
+    records: list[bytes | memoryview] = []
+    for index, size in enumerate(sizes):
+        data = bytes([index + 1]) * size
+        records.append(memoryview(data) if as_views else data)
+    body = {
+        "responses": [
+            {
+                "topic": "t",
+                "partitions": [{"index": i, "records": r} for i, r in enumerate(records)],
+            }
+        ],
+        "uuid": bytes(16),  # a small bin of a token's size stays where it is
+    }
+    envelope = ResponseEnvelope(7, body)
+    buffers = encode_response_buffers(envelope)
+    plain = {**body, "responses": [{"topic": "t", "partitions": [
+        {"index": i, "records": bytes(r)} for i, r in enumerate(records)
+    ]}]}  # fmt: skip
+    assert _joined_frame(buffers) == encode_response(ResponseEnvelope(7, plain))
+    large = [r for r in records if len(r) >= LARGE_BIN_BYTES]
+    passed = [b for b in buffers if any(b is r for r in large)]
+    assert len(passed) == len(large)
+    assert decode_response(_joined_frame(buffers)).body == plain
