@@ -2,55 +2,55 @@
 cluster in real processes (issue 19, KIP-98 / KIP-447), the loop of eos_loop.py. A first run
 processes the whole input; a second run, over more input, has the transaction coordinator's
 broker killed with kill -9 in the middle of a transaction, before its commit; a third the leader
-of a partition the transactions write to; in a fourth the application itself, a process of its
-own, is killed with kill -9 inside its first transaction (records written, offsets sent), and
-its next instance takes over (its InitProducerId fences the dead one and aborts that
-transaction; its consumer joins once the dead member's session expires). Afterwards the output
-read with read_committed holds every input record exactly once, and the group's committed
-offsets (asked for stable offsets, as a read_committed consumer does) are the end of the input.
+of a partition the transactions write to; in a fourth the application itself is killed with
+kill -9 inside its first transaction (records written, offsets sent), and its next instance
+takes over (its InitProducerId fences the dead one and aborts that transaction; its consumer
+joins once the dead member's session expires). Afterwards the output read with read_committed
+holds every input record exactly once, and the group's committed offsets (asked for stable
+offsets, as a read_committed consumer does) are the end of the input.
 
-Bounded: every wait has a timeout; the processes are killed by PID whatever happens.
+Each run of the loop is a process of its own (eos_app.py): killed by PID at its deadline, and a
+failure shows the loop's journal and its librdkafka debug log. The test's own client calls run in
+daemon threads awaited with a timeout. Bounded: every wait has a timeout; the processes are
+killed by PID whatever happens.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import os
-import signal
-import sys
-import threading
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import confluent_kafka
 import pytest
 
-from testkit.probes import partitions_of, wait_until
+from testkit.probes import partitions_of
 from testkit.processes import ProcessCluster, running_cluster
 from tests.integration.cluster_properties import CLUSTER_PROPERTIES
-from tests.integration.eos_loop import (
-    BATCH,
-    GROUP,
-    INPUT,
-    MID_TRANSACTION,
-    OUTPUT,
+from tests.integration.eos_app import (
+    DUMP_S,
+    EXIT_S,
     RUN_S,
-    TRANSACTIONAL_ID,
     WAIT_S,
-    consume_transform_produce,
-    transform,
+    LoopSpec,
+    in_daemon_thread,
+    kill_mid_transaction,
+    run_app,
+    running_app,
 )
+from tests.integration.eos_loop import BATCH, GROUP, INPUT, OUTPUT, TRANSACTIONAL_ID, transform
 from tests.integration.kafka_drivers import ConfluentDriver
 from tests.integration.test_transactions_kafka import coordinator_of, read_all
 
-pytestmark = pytest.mark.slow
+# Five processes, each bounded by its deadline, and the test's own calls: a failing run is
+# reported at its deadline, well before this bound, which only catches what nothing else does.
+TEST_TIMEOUT_S: Final = 5 * (RUN_S + DUMP_S + EXIT_S)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(TEST_TIMEOUT_S)]
 
 PARTITIONS: Final = 2
 RECORDS_PER_RUN: Final = 40
 KILL_AT_TRANSACTION: Final = 2  # of the second run: its coordinator dies before the commit
-REPO: Final = Path(__file__).resolve().parents[2]
+APP: Final = ["tests.integration.eos_loop"]  # the librdkafka loop's process
 
 
 def fill_input(bootstrap: str, run: int) -> list[bytes]:
@@ -60,22 +60,6 @@ def fill_input(bootstrap: str, run: int) -> list[bytes]:
         producer.produce(INPUT, value=value, partition=i % PARTITIONS)
     assert producer.flush(WAIT_S) == 0, "input not acknowledged"
     return values
-
-
-class Pause:
-    """The loop stops inside one transaction (records written, offsets sent, not committed)
-    until the test has done what it must (kill the coordinator)."""
-
-    def __init__(self, at: int) -> None:
-        self.at = at
-        self.reached = threading.Event()
-        self.go_on = threading.Event()
-
-    def __call__(self, transaction: int, _producer: Any) -> None:
-        if transaction != self.at:
-            return
-        self.reached.set()
-        assert self.go_on.wait(WAIT_S), "the test never let the loop go on"
 
 
 def read_output(bootstrap: str, expected: int) -> list[bytes]:
@@ -109,46 +93,49 @@ def group_offsets(bootstrap: str) -> tuple[dict[int, int], dict[int, int]]:
         consumer.close()
 
 
-Between = Callable[[int, Any], None]  # runs inside transaction i, before its commit
-# A consume-transform-produce loop: (bootstrap, records expected, between) -> transactions.
-Loop = Callable[[str, int, Between], Coroutine[Any, Any, int]]
+# Bounds on the test's own client calls (each bounded inside by WAIT_S, or by WAIT_S per call).
+FILL_S: Final = WAIT_S + EXIT_S
+READ_S: Final = 2 * WAIT_S + EXIT_S
 
 
-async def librdkafka_loop(bootstrap: str, expected: int, between: Between) -> int:
-    return await asyncio.to_thread(consume_transform_produce, bootstrap, expected, between)
+async def filled(bootstrap: str, run: int) -> list[bytes]:
+    return await in_daemon_thread(lambda: fill_input(bootstrap, run), FILL_S)
+
+
+async def offsets_and_ends(bootstrap: str) -> tuple[dict[int, int], dict[int, int]]:
+    return await in_daemon_thread(lambda: group_offsets(bootstrap), READ_S)
+
+
+async def output_of(bootstrap: str, expected: int) -> list[bytes]:
+    return await in_daemon_thread(lambda: read_output(bootstrap, expected), READ_S)
+
+
+def spec(
+    bootstrap: str, journal: Path, pause_at: int | None = None, *, flush_at_pause: bool = False
+) -> LoopSpec:
+    """A run over RECORDS_PER_RUN input records, journaled at `journal`."""
+    return LoopSpec(bootstrap, RECORDS_PER_RUN, str(journal), pause_at, flush_at_pause)
 
 
 async def run_with_kill(
     cluster: ProcessCluster,
-    loop: Loop,
-    bootstrap: str,
+    app: list[str],
+    run: LoopSpec,
     victim_of: Callable[[], Awaitable[int]],
 ) -> int:
-    """A run of `loop` that, at transaction KILL_AT_TRANSACTION, before its commit, kill -9s
-    the broker `victim_of()` names, then restarts it once the run is over; the loop goes on
-    through the survivors. Returns the transactions committed."""
-    pause = Pause(KILL_AT_TRANSACTION)
-    victim = -1
-    run = asyncio.create_task(loop(bootstrap, RECORDS_PER_RUN, pause))
-    try:
-
-        async def reached() -> bool:
-            return pause.reached.is_set() or run.done()
-
-        await wait_until(reached, "the transaction to interrupt", timeout_s=RUN_S)
-        if pause.reached.is_set():
-            victim = await victim_of()
-            await cluster.broker(victim).kill()
-    finally:
-        pause.go_on.set()  # the loop goes on whatever happened here
-    try:
-        committed = await run
-    finally:
-        if victim >= 0:
+    """A run of the application `app` that, paused at transaction run.pause_at before its
+    commit, loses the broker `victim_of()` names to kill -9; the loop goes on through the
+    survivors and the broker is restarted once the run is over. The transactions committed."""
+    async with running_app(app, run) as running:
+        await running.mid_transaction()
+        victim = await victim_of()
+        await cluster.broker(victim).kill()
+        try:
+            await running.go_on()
+            return await running.result()
+        finally:
             await cluster.broker(victim).start()
             await cluster.wait_running([victim], timeout_s=WAIT_S)
-    assert victim >= 0, "the loop ended before the transaction to interrupt"
-    return committed
 
 
 async def output_leader(cluster: ProcessCluster) -> int:
@@ -161,36 +148,6 @@ async def output_leader(cluster: ProcessCluster) -> int:
         await client.close()
 
 
-async def kill_the_application(module_args: list[str], log_path: Path) -> None:
-    """`python -m <module_args>`, a loop that prints MID_TRANSACTION inside its first
-    transaction, killed with kill -9 once it has."""
-    with log_path.open("wb") as log:
-        app = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", *module_args,
-            cwd=REPO, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=log,
-        )  # fmt: skip
-    try:
-        assert app.stdout is not None
-        line = await asyncio.wait_for(app.stdout.readline(), RUN_S)
-        started = line.decode().strip() == MID_TRANSACTION
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(app.pid, signal.SIGKILL)
-        await app.wait()
-    if not started:
-        raise AssertionError((line, await asyncio.to_thread(log_path.read_text)))
-
-
-async def run_killing_the_application(bootstrap: str, tmp_path: Path) -> int:
-    """The loop in a process of its own, killed with kill -9 inside its first transaction; then
-    its next instance, here, takes over and processes the whole input. Returns the transactions
-    the next instance committed."""
-    module = ["tests.integration.eos_loop", bootstrap, str(RECORDS_PER_RUN)]
-    await kill_the_application(module, tmp_path / "eos-app.log")
-    return await asyncio.to_thread(consume_transform_produce, bootstrap, RECORDS_PER_RUN)
-
-
 async def test_consume_transform_produce_exactly_once_across_kills(
     tmp_path: Path,
 ) -> None:
@@ -201,35 +158,44 @@ async def test_consume_transform_produce_exactly_once_across_kills(
         for topic in (INPUT, OUTPUT):
             await driver.create_topic(topic, PARTITIONS, 3, {"min.insync.replicas": "2"})
 
-        first = await asyncio.to_thread(fill_input, bootstrap, 1)
-        committed_first = await asyncio.to_thread(
-            consume_transform_produce, bootstrap, RECORDS_PER_RUN
-        )
+        first = await filled(bootstrap, 1)
+        committed_first = await run_app(APP, spec(bootstrap, tmp_path / "run-1.journal"))
         assert committed_first >= RECORDS_PER_RUN // BATCH
-        offsets, ends = await asyncio.to_thread(group_offsets, bootstrap)
+        offsets, ends = await offsets_and_ends(bootstrap)
         assert offsets == ends, (offsets, ends)
 
-        second = await asyncio.to_thread(fill_input, bootstrap, 2)
+        second = await filled(bootstrap, 2)
         committed_second = await run_with_kill(
-            cluster, librdkafka_loop, bootstrap, lambda: coordinator_of(cluster, TRANSACTIONAL_ID)
+            cluster,
+            APP,
+            spec(bootstrap, tmp_path / "run-2.journal", KILL_AT_TRANSACTION),
+            lambda: coordinator_of(cluster, TRANSACTIONAL_ID),
         )
         assert committed_second > KILL_AT_TRANSACTION
 
         # A third run loses the leader of a partition it writes to, mid-transaction.
-        third = await asyncio.to_thread(fill_input, bootstrap, 3)
+        third = await filled(bootstrap, 3)
         committed_third = await run_with_kill(
-            cluster, librdkafka_loop, bootstrap, lambda: output_leader(cluster)
+            cluster,
+            APP,
+            spec(bootstrap, tmp_path / "run-3.journal", KILL_AT_TRANSACTION),
+            lambda: output_leader(cluster),
         )
         assert committed_third > KILL_AT_TRANSACTION
 
-        # A fourth run's application dies inside its first transaction.
-        fourth = await asyncio.to_thread(fill_input, bootstrap, 4)
-        committed_fourth = await run_killing_the_application(bootstrap, tmp_path)
+        # A fourth run's application dies inside its first transaction, its records written
+        # and its offsets sent; its next instance takes over (its InitProducerId fences the
+        # dead one and aborts that transaction; its consumer joins once the dead member's
+        # session expires).
+        fourth = await filled(bootstrap, 4)
+        dying = spec(bootstrap, tmp_path / "run-4-killed.journal", 0, flush_at_pause=True)
+        await kill_mid_transaction(APP, dying)
+        committed_fourth = await run_app(APP, spec(bootstrap, tmp_path / "run-4.journal"))
         assert committed_fourth >= RECORDS_PER_RUN // BATCH
 
         inputs = first + second + third + fourth
-        output = await asyncio.to_thread(read_output, bootstrap, len(inputs))
-        offsets, ends = await asyncio.to_thread(group_offsets, bootstrap)
+        output = await output_of(bootstrap, len(inputs))
+        offsets, ends = await offsets_and_ends(bootstrap)
     assert output == sorted(transform(value) for value in inputs), "every input exactly once"
     assert offsets == ends, (offsets, ends)
     assert sum(ends.values()) == len(inputs)

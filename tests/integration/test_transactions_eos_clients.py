@@ -4,10 +4,10 @@ other Python clients. A first run processes the whole input; each following run,
 input, loses a broker to kill -9 inside a transaction, before its commit: the leader of the
 output partitions (a broker that coordinates nothing of the application's), then, for aiokafka
 only (see below), the transaction coordinator's; the loop goes on through the survivors and the
-killed broker is restarted after the run. In the last run the application itself, a process of
-its own (this module's `main`), is killed with kill -9 inside its first transaction and its next
-instance takes over. Afterwards the output read with read_committed holds every input record
-exactly once, and the group's committed offsets are the end of the input.
+killed broker is restarted after the run. In the last run the application is killed with kill -9
+inside its first transaction and its next instance takes over. Afterwards the output read with
+read_committed holds every input record exactly once, and the group's committed offsets are the
+end of the input.
 
 Each client's loop (the shape of eos_loop.py's: read a batch with read_committed, write its
 transformed records and the positions after it in one transaction, commit; an abortable error
@@ -19,27 +19,27 @@ aborts and rewinds to the committed offsets) lives here. What each client can an
   transaction (`Rebalances`) and puts the consumer back where that transaction left it.
 - kafka-python 3.0 sends the consumer's `group_metadata()` (generation and member id, KIP-447),
   but its `commit_transaction`, `abort_transaction` and `send_offsets_to_transaction` wait
-  without a bound: its loop runs in a daemon thread the test waits for with a timeout.
+  without a bound (only the process's deadline bounds them).
 - kafka-python 3.0.12 cannot lose a coordinator's broker (KILLS says why): that run is
   aiokafka's alone.
 - Neither surfaces a retriable error from `commit_transaction`: both retry a moving
   coordinator (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, a lost connection) themselves, and
   what reaches the caller is abortable or fatal.
 
-Bounded: every wait has a timeout; the processes are killed by PID whatever happens.
+Each run of a loop is a process of its own (this module's `main`, eos_app.py's protocol):
+killed by PID at its deadline, and a failure shows the loop's journal and its log. Bounded:
+every wait has a timeout; the processes are killed by PID whatever happens.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import sys
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 import aiokafka  # type: ignore[import-untyped]
 import aiokafka.abc  # type: ignore[import-untyped]
@@ -53,16 +53,26 @@ from confluent_kafka.cimpl import NewTopic
 from testkit.probes import ask_any, wait_until
 from testkit.processes import ProcessCluster, running_cluster
 from tests.integration.cluster_properties import CLUSTER_PROPERTIES
+from tests.integration.eos_app import (
+    EXIT_S,
+    RUN_S,
+    WAIT_S,
+    Between,
+    Journal,
+    LoopSpec,
+    child_main,
+    in_daemon_thread,
+    kill_mid_transaction,
+    pausing,
+    run_app,
+)
 from tests.integration.eos_loop import (
     BATCH,
     GROUP,
     INPUT,
-    MID_TRANSACTION,
     OUTPUT,
-    RUN_S,
     SESSION_TIMEOUT_MS,
     TRANSACTIONAL_ID,
-    WAIT_S,
     transform,
 )
 from tests.integration.kafka_drivers import ConfluentDriver
@@ -71,26 +81,19 @@ from tests.integration.test_transactions_eos import (
     KILL_AT_TRANSACTION,
     PARTITIONS,
     RECORDS_PER_RUN,
-    Between,
-    Loop,
-    fill_input,
-    group_offsets,
-    kill_the_application,
+    TEST_TIMEOUT_S,
+    filled,
+    offsets_and_ends,
     output_leader,
-    read_output,
+    output_of,
     run_with_kill,
+    spec,
 )
 from tests.integration.test_transactions_kafka import coordinator_of
 from wire.messages import FindCoordinatorRequest, FindCoordinatorResponse
 from wire.messages.groups import COORDINATOR_GROUP
 
-pytestmark = pytest.mark.slow
-
-T = TypeVar("T")
-
-
-def _nothing(_transaction: int, _producer: Any) -> None:
-    pass
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(TEST_TIMEOUT_S)]
 
 
 # -- aiokafka ------------------------------------------------------------------------------------
@@ -119,15 +122,18 @@ class Rebalances(aiokafka.abc.ConsumerRebalanceListener):  # type: ignore[misc]
         self.assigned += 1
 
 
-async def aiokafka_rewind(consumer: Any) -> None:
+async def aiokafka_rewind(consumer: Any, journal: Journal) -> None:
     """After an aborted transaction: back to the group's committed offsets."""
+    rewound = {}
     for tp in consumer.assignment():
         committed = await asyncio.wait_for(consumer.committed(tp), WAIT_S)
         consumer.seek(tp, 0 if committed is None else committed)
+        rewound[tp.partition] = committed
+    journal.event("rewound", committed=rewound)
 
 
 async def aiokafka_transaction(
-    producer: Any, messages: list[Any], between: Between, transaction: int
+    producer: Any, messages: list[Any], between: Between, transaction: int, journal: Journal
 ) -> dict[Any, int]:
     """Transaction number `transaction`: its records and offsets, then `between`, then its
     commit; the offsets it committed. Raises what aiokafka raises."""
@@ -140,14 +146,19 @@ async def aiokafka_transaction(
     offsets = {aiokafka.TopicPartition(m.topic, m.partition): m.offset + 1 for m in messages}
     async with asyncio.timeout(WAIT_S):
         await producer.send_offsets_to_transaction(offsets, GROUP)
-    # In a thread: a Pause blocks, and the event loop goes on heartbeating meanwhile.
+    journal.event("offsets sent", transaction=transaction, offsets=by_partition(offsets))
+    # In a thread: a pause blocks, and the event loop goes on heartbeating meanwhile.
     await asyncio.to_thread(between, transaction, producer)
     async with asyncio.timeout(WAIT_S):
         await producer.commit_transaction()
     return offsets
 
 
-async def aiokafka_loop(bootstrap: str, expected: int, between: Between = _nothing) -> int:
+def by_partition(offsets: dict[Any, Any]) -> dict[int, int]:
+    return {tp.partition: getattr(offset, "offset", offset) for tp, offset in offsets.items()}
+
+
+async def aiokafka_loop(bootstrap: str, expected: int, between: Between, journal: Journal) -> int:
     consumer = aiokafka.AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
         group_id=GROUP,
@@ -164,6 +175,7 @@ async def aiokafka_loop(bootstrap: str, expected: int, between: Between = _nothi
         async with asyncio.timeout(RUN_S):
             await consumer.start()
             await producer.start()  # InitProducerId
+            journal.event("initialized")
             consumer.subscribe([INPUT], listener=rebalances)
             done = transactions = 0
             while done < expected:
@@ -171,17 +183,24 @@ async def aiokafka_loop(bootstrap: str, expected: int, between: Between = _nothi
                 messages = [m for records in batches.values() for m in records]
                 if not messages:
                     continue
+                journal.batch(transactions, [(m.partition, m.offset) for m in messages])
                 assigned = rebalances.assigned
                 try:
-                    offsets = await aiokafka_transaction(producer, messages, between, transactions)
+                    offsets = await aiokafka_transaction(
+                        producer, messages, between, transactions, journal
+                    )
                 except AIOKAFKA_FATAL:
                     raise
-                except aiokafka.errors.KafkaError:
+                except aiokafka.errors.KafkaError as exc:
+                    journal.error("transaction", exc)
                     async with asyncio.timeout(WAIT_S):
                         await producer.abort_transaction()
-                    await aiokafka_rewind(consumer)
+                    journal.event("aborted")
+                    await aiokafka_rewind(consumer, journal)
                     continue
+                journal.event("committed", transaction=transactions, records=len(messages))
                 if rebalances.assigned != assigned:
+                    journal.event("reassigned during the transaction: seek to its offsets")
                     for tp, offset in offsets.items():
                         if tp in consumer.assignment():
                             consumer.seek(tp, offset)
@@ -191,6 +210,11 @@ async def aiokafka_loop(bootstrap: str, expected: int, between: Between = _nothi
     finally:
         await producer.stop()
         await stop_aiokafka(consumer)
+
+
+def run_aiokafka(spec: LoopSpec, journal: Journal) -> int:
+    between = pausing(spec, journal)
+    return asyncio.run(aiokafka_loop(spec.bootstrap, spec.expected, between, journal))
 
 
 # -- kafka-python --------------------------------------------------------------------------------
@@ -206,15 +230,23 @@ KAFKA_PYTHON_FATAL: Final = (
 )
 
 
-def kafka_python_rewind(consumer: Any) -> None:
+def kafka_python_rewind(consumer: Any, journal: Journal) -> None:
     """After an aborted transaction: back to the group's committed offsets."""
+    rewound = {}
     for tp in consumer.assignment():
         committed = consumer.committed(tp, timeout_ms=int(WAIT_S * 1000))
         consumer.seek(tp, 0 if committed is None else committed)
+        rewound[tp.partition] = committed
+    journal.event("rewound", committed=rewound)
 
 
 def kafka_python_transaction(
-    producer: Any, consumer: Any, messages: list[Any], between: Between, transaction: int
+    producer: Any,
+    consumer: Any,
+    messages: list[Any],
+    between: Between,
+    transaction: int,
+    journal: Journal,
 ) -> None:
     """Transaction number `transaction`: its records and offsets, then `between`, then its
     commit. Raises what kafka-python raises."""
@@ -227,11 +259,12 @@ def kafka_python_transaction(
         for m in messages
     }
     producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
+    journal.event("offsets sent", transaction=transaction, offsets=by_partition(offsets))
     between(transaction, producer)
     producer.commit_transaction()
 
 
-def kafka_python_loop_in_thread(bootstrap: str, expected: int, between: Between) -> int:
+def kafka_python_loop(bootstrap: str, expected: int, between: Between, journal: Journal) -> int:
     consumer = kafka.KafkaConsumer(
         bootstrap_servers=bootstrap.split(","),
         group_id=GROUP,
@@ -245,6 +278,7 @@ def kafka_python_loop_in_thread(bootstrap: str, expected: int, between: Between)
     )
     try:
         producer.init_transactions()  # bounded by max_block_ms
+        journal.event("initialized")
         consumer.subscribe([INPUT])
         done = transactions = 0
         deadline = time.monotonic() + RUN_S
@@ -254,14 +288,20 @@ def kafka_python_loop_in_thread(bootstrap: str, expected: int, between: Between)
             messages = [m for records in batches.values() for m in records]
             if not messages:
                 continue
+            journal.batch(transactions, [(m.partition, m.offset) for m in messages])
             try:
-                kafka_python_transaction(producer, consumer, messages, between, transactions)
+                kafka_python_transaction(
+                    producer, consumer, messages, between, transactions, journal
+                )
             except KAFKA_PYTHON_FATAL:
                 raise
-            except kafka.errors.KafkaError:
+            except kafka.errors.KafkaError as exc:
+                journal.error("transaction", exc)
                 producer.abort_transaction()
-                kafka_python_rewind(consumer)
+                journal.event("aborted")
+                kafka_python_rewind(consumer, journal)
                 continue
+            journal.event("committed", transaction=transactions, records=len(messages))
             done += len(messages)
             transactions += 1
         return transactions
@@ -270,40 +310,15 @@ def kafka_python_loop_in_thread(bootstrap: str, expected: int, between: Between)
         consumer.close()
 
 
-async def in_daemon_thread(function: Callable[[], T], timeout_s: float) -> T:
-    """`function()` in a daemon thread, awaited for at most `timeout_s`. kafka-python's
-    transactional calls wait without a bound; one stuck in a thread of the event loop's
-    executor would hang the loop's shutdown, where a daemon thread is left behind."""
-    loop = asyncio.get_running_loop()
-    outcome: asyncio.Future[T] = loop.create_future()
-
-    def settle(result: T | None, error: BaseException | None) -> None:
-        if outcome.done():
-            return
-        if error is not None:
-            outcome.set_exception(error)
-        else:
-            outcome.set_result(result)  # type: ignore[arg-type]
-
-    def run() -> None:
-        try:
-            result, error = function(), None
-        except BaseException as exc:  # handed to the awaiting task
-            result, error = None, exc
-        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
-            loop.call_soon_threadsafe(settle, result, error)
-
-    threading.Thread(target=run, name="kafka-python-eos", daemon=True).start()
-    return await asyncio.wait_for(outcome, timeout_s)
+def run_kafka_python(spec: LoopSpec, journal: Journal) -> int:
+    return kafka_python_loop(spec.bootstrap, spec.expected, pausing(spec, journal), journal)
 
 
-async def kafka_python_loop(bootstrap: str, expected: int, between: Between = _nothing) -> int:
-    return await in_daemon_thread(
-        lambda: kafka_python_loop_in_thread(bootstrap, expected, between), RUN_S
-    )
-
-
-LOOPS: Final[dict[str, Loop]] = {"aiokafka": aiokafka_loop, "kafka-python": kafka_python_loop}
+# A client's run in the child process (`main`).
+RUNS: Final[dict[str, Callable[[LoopSpec, Journal], int]]] = {
+    "aiokafka": run_aiokafka,
+    "kafka-python": run_kafka_python,
+}
 
 
 # -- the test ------------------------------------------------------------------------------------
@@ -370,20 +385,11 @@ KILLS: Final[dict[str, tuple[Callable[[ProcessCluster], Awaitable[int]], ...]]] 
 }
 
 
-async def run_killing_the_application(client: str, bootstrap: str, tmp_path: Path) -> int:
-    """The client's loop in a process of its own (this module's main), killed with kill -9
-    inside its first transaction; then its next instance, here, takes over and processes the
-    whole input. Returns the transactions the next instance committed."""
-    module = [MODULE, client, bootstrap, str(RECORDS_PER_RUN)]
-    await kill_the_application(module, tmp_path / f"eos-app-{client}.log")
-    return await LOOPS[client](bootstrap, RECORDS_PER_RUN, _nothing)
-
-
-@pytest.mark.parametrize("client", sorted(LOOPS))
+@pytest.mark.parametrize("client", sorted(RUNS))
 async def test_consume_transform_produce_exactly_once_across_kills(
     tmp_path: Path, client: str
 ) -> None:
-    loop = LOOPS[client]
+    app = [MODULE, client]
     async with running_cluster(tmp_path, dict(CLUSTER_PROPERTIES), kafka=True) as cluster:
         await cluster.wait_running(range(3), timeout_s=WAIT_S)
         bootstrap = cluster.kafka_bootstrap()
@@ -395,50 +401,43 @@ async def test_consume_transform_produce_exactly_once_across_kills(
             await group_coordinator_of(cluster, GROUP),
         }
         alone = min(set(range(3)) - coordinators)
-        await asyncio.to_thread(create_output, bootstrap, alone, 3)
+        await in_daemon_thread(lambda: create_output(bootstrap, alone, 3), WAIT_S + EXIT_S)
 
-        inputs = await asyncio.to_thread(fill_input, bootstrap, 1)
-        assert await loop(bootstrap, RECORDS_PER_RUN, _nothing) >= RECORDS_PER_RUN // BATCH
-        offsets, ends = await asyncio.to_thread(group_offsets, bootstrap)
+        inputs = await filled(bootstrap, 1)
+        committed = await run_app(app, spec(bootstrap, tmp_path / "run-1.journal"))
+        assert committed >= RECORDS_PER_RUN // BATCH
+        offsets, ends = await offsets_and_ends(bootstrap)
         assert offsets == ends, (offsets, ends)
 
         for run, victim_of in enumerate(KILLS[client], start=2):
-            inputs += await asyncio.to_thread(fill_input, bootstrap, run)
+            inputs += await filled(bootstrap, run)
             victim = functools.partial(victim_of, cluster)
-            committed = await run_with_kill(cluster, loop, bootstrap, victim)
+            journal = tmp_path / f"run-{run}.journal"
+            committed = await run_with_kill(
+                cluster, app, spec(bootstrap, journal, KILL_AT_TRANSACTION), victim
+            )
             assert committed > KILL_AT_TRANSACTION, victim_of
 
-        # The last run's application dies inside its first transaction.
-        inputs += await asyncio.to_thread(fill_input, bootstrap, len(KILLS[client]) + 2)
-        committed = await run_killing_the_application(client, bootstrap, tmp_path)
+        # The last run's application dies inside its first transaction (both loops wait for
+        # their records' acknowledgement before a pause), its next instance takes over.
+        last = len(KILLS[client]) + 2
+        inputs += await filled(bootstrap, last)
+        await kill_mid_transaction(app, spec(bootstrap, tmp_path / f"run-{last}-killed.journal", 0))
+        committed = await run_app(app, spec(bootstrap, tmp_path / f"run-{last}.journal"))
         assert committed >= RECORDS_PER_RUN // BATCH
 
-        output = await asyncio.to_thread(read_output, bootstrap, len(inputs))
-        offsets, ends = await asyncio.to_thread(group_offsets, bootstrap)
+        output = await output_of(bootstrap, len(inputs))
+        offsets, ends = await offsets_and_ends(bootstrap)
     assert output == sorted(transform(value) for value in inputs), "every input exactly once"
     assert offsets == ends, (offsets, ends)
     assert sum(ends.values()) == len(inputs)
 
 
-def _hang_in_first_transaction(transaction: int, _producer: Any) -> None:
-    """Say the first transaction holds records (both loops wait for their acknowledgement
-    before `between`) and offsets, and wait to be killed (bounded: a test that never kills
-    this process fails on its output)."""
-    if transaction != 0:
-        return
-    print(MID_TRANSACTION, flush=True)
-    time.sleep(RUN_S)
-    raise SystemExit("never killed")
-
-
 def main(argv: list[str]) -> None:
-    """`python -m tests.integration.test_transactions_eos_clients CLIENT BOOTSTRAP EXPECTED`:
-    run the client's loop and hang inside its first transaction."""
-    client, bootstrap, expected = argv
-    if client == "kafka-python":
-        kafka_python_loop_in_thread(bootstrap, int(expected), _hang_in_first_transaction)
-    else:
-        asyncio.run(aiokafka_loop(bootstrap, int(expected), _hang_in_first_transaction))
+    """`python -m tests.integration.test_transactions_eos_clients CLIENT SPEC`: the client's
+    loop as the application's process (eos_app.py's protocol)."""
+    client, *spec_argv = argv
+    child_main(RUNS[client], spec_argv)
 
 
 if __name__ == "__main__":
