@@ -32,13 +32,17 @@ before the body is waited for. After a `FrameError` the stream has lost its fram
 resynchronised, so the decoder stays failed and the connection must close.
 
 Memory: the decoder holds the unconsumed bytes (at most one partial frame plus what arrived
-behind it) and the receive buffer; views handed out keep their buffer alive, nothing more.
+behind it), the receive buffer and up to `RETIRED_BUFFERS` replaced ones, reused once no frame
+view holds them (a fresh buffer costs a zero fill as large as itself); views handed out keep
+their buffer alive, nothing more.
 """
 
 from __future__ import annotations
 
 import mmap
 import struct
+import sys
+from collections import deque
 
 from wire.errors import ProtocolError
 
@@ -51,6 +55,10 @@ _LENGTH = struct.Struct(">i")
 
 RECEIVE_BUFFER_BYTES = 64 * 1024
 """Size of the shared receive buffer small frames are cut from (one read's worth)."""
+RETIRED_BUFFERS = 4
+"""How many replaced receive buffers a decoder keeps for reuse (a client may have several
+requests in flight, each holding its frame's buffer until it is served)."""
+_UNREFERENCED = 3  # sys.getrefcount of a retired buffer nobody else holds (see _reusable)
 ANONYMOUS_MAP_THRESHOLD_BYTES = 1024 * 1024
 """Frame buffers at least this large are anonymous memory maps (pages provided on first write)."""
 
@@ -84,7 +92,16 @@ class FrameDecoder:
     """Incremental frame decoder: bytes in (`feed()`, or `receive_buffer()` + `filled()`),
     whole payloads out of `next_frame()` as read-only memoryviews."""
 
-    __slots__ = ("_buf", "_end", "_failure", "_max_frame_bytes", "_shared", "_start", "_view")
+    __slots__ = (
+        "_buf",
+        "_end",
+        "_failure",
+        "_max_frame_bytes",
+        "_retired",
+        "_shared",
+        "_start",
+        "_view",
+    )
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         if not 0 <= max_frame_bytes <= _MAX_INT32:
@@ -97,6 +114,9 @@ class FrameDecoder:
         # Whether a frame view of the buffer was handed out: then it is replaced, not rewound,
         # when it has been consumed to its end.
         self._shared = False
+        # Buffers replaced earlier, reused once their frames' views are all gone: a fresh
+        # buffer costs a zero fill (and page faults) as large as itself, about one copy.
+        self._retired: deque[bytearray | mmap.mmap] = deque(maxlen=RETIRED_BUFFERS)
         self._failure: FrameError | None = None
 
     @property
@@ -159,6 +179,24 @@ class FrameDecoder:
         self._shared = True
         return self._view[start + LENGTH_PREFIX_BYTES : end].toreadonly()
 
+    def _reusable(self, size: int) -> bytearray | mmap.mmap | None:
+        """A retired buffer of at least `size` bytes that no frame view holds any more."""
+        retired = self._retired
+        for index in range(len(retired)):
+            candidate = retired[index]
+            # References: the deque's and `candidate`'s, plus getrefcount's argument (no
+            # enumerate: its reused result tuple would hold one more). A view of the buffer
+            # (every frame view shares one managed buffer) adds one: taken, the buffer would be
+            # written under a frame somebody still reads.
+            if len(candidate) >= size and sys.getrefcount(candidate) == _UNREFERENCED:
+                del retired[index]
+                return candidate
+        return None
+
+    def _retire(self, buf: bytearray | mmap.mmap) -> None:
+        if len(buf) >= RECEIVE_BUFFER_BYTES:
+            self._retired.append(buf)  # the deque's bound drops the oldest
+
     def _make_room(self) -> None:
         """Ensure the buffer has free space after `_end`, and room for the whole of a frame
         whose length is known."""
@@ -177,7 +215,8 @@ class FrameDecoder:
         # A new buffer: the frame in progress (at most one partial frame) moves to its front.
         size = max(needed, RECEIVE_BUFFER_BYTES) if needed > pending else RECEIVE_BUFFER_BYTES
         size = max(size, pending + 1)
-        fresh = _new_buffer(size)
+        fresh = self._reusable(size) or _new_buffer(size)
+        self._retire(buf)
         view = memoryview(fresh)
         view[:pending] = self._view[start:end]
         self._buf = fresh

@@ -126,9 +126,12 @@ class _StreamProtocol(asyncio.BufferedProtocol):
             self._listener.spawn(self._on_connected, TcpStream(self.transport, self))
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self.target is not None and not self.target_filled:
+        target = self.target
+        if target is not None and self.target_filled < len(target):
+            # The event loop reads several times per readiness event (libuv up to 32): each
+            # read goes on where the last stopped, until the reader's buffer is full.
             self._lent_target = True
-            return self.target
+            return target[self.target_filled :]
         self._lent_target = False
         if self._spare_used == len(self._spare):
             # Stash views keep the old chunk alive; a fresh one is never written under them.
@@ -139,7 +142,7 @@ class _StreamProtocol(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         if self._lent_target:
             self._lent_target = False
-            self.target_filled = nbytes
+            self.target_filled += nbytes
         else:
             used = self._spare_used
             self.stash.append(self._spare[used : used + nbytes])

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from wire import frames
 from wire.errors import ProtocolError
 from wire.frames import (
     ANONYMOUS_MAP_THRESHOLD_BYTES,
@@ -207,3 +208,34 @@ def test_filled_beyond_the_buffer_is_refused() -> None:
     room = len(decoder.receive_buffer())
     with pytest.raises(ValueError, match="beyond the receive buffer"):
         decoder.filled(room + 1)
+
+
+def test_a_replaced_buffer_is_reused_once_no_frame_view_holds_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Large frames one after another cycle through a few buffers when each frame is let go
+    before the next arrives, and never reuse one whose frame is still held."""
+    allocated: list[int] = []
+
+    def counting(size: int) -> bytearray | mmap.mmap:
+        allocated.append(size)
+        return new_buffer(size)
+
+    new_buffer = frames._new_buffer
+    monkeypatch.setattr(frames, "_new_buffer", counting)
+    decoder = FrameDecoder()
+    wire = encode_frame(b"x" * 200_000)
+    for _ in range(20):
+        decoder.feed(wire)
+        frame = decoder.next_frame()
+        assert frame is not None
+        del frame
+    assert len(allocated) <= 3, allocated
+    held = []
+    for index in range(4):
+        decoder.feed(encode_frame(bytes([index]) * 200_000))
+        frame = decoder.next_frame()
+        assert frame is not None
+        held.append(frame)
+    assert len({id(frame.obj) for frame in held}) == len(held)
+    assert [bytes(frame[:1]) for frame in held] == [b"\x00", b"\x01", b"\x02", b"\x03"]
