@@ -128,6 +128,18 @@ class FrameDecoder:
         """Bytes received but not yet returned as part of a frame."""
         return self._end - self._start
 
+    def incomplete_frame_size(self) -> int:
+        """The size (length prefix included) of the frame being received when its length is
+        known and its body has not all arrived; 0 otherwise."""
+        start, pending = self._start, self._end - self._start
+        if pending < LENGTH_PREFIX_BYTES or self._failure is not None:
+            return 0
+        (length,) = _LENGTH.unpack_from(self._buf, start)
+        if not 0 <= length <= self._max_frame_bytes:
+            return 0  # next_frame() will fail the stream
+        size = LENGTH_PREFIX_BYTES + length
+        return size if pending < size else 0
+
     def receive_buffer(self) -> memoryview:
         """Where the next received bytes go (never empty); report them with `filled(n)`."""
         if self._failure is not None:

@@ -18,6 +18,12 @@ Both protocols frame requests with a 4-byte big-endian length. Per connection:
 * **Backpressure by not reading**: with `queued.max.requests` responses outstanding, the reader
   stops taking frames and stops calling `receive()`; the transport then stops reading the socket
   and TCP's window pushes back on the client.
+* **Memory for requests** comes from a pool of queued.max.request.bytes shared by a node's
+  servers (runtime/net/request_pool.py): once a frame's length is known, its size is reserved
+  before its body is read, and while the pool is short the connection is not read at all; the
+  reservation is given back when the handler has answered. Connections beyond max.connections,
+  or beyond max.connections.per.ip from one address, are closed as they arrive
+  (runtime/net/server_config.py has the settings).
 * **Idle connections** (no bytes received and nothing outstanding for connections.max.idle.ms on
   the injected clock) are closed. One alarm per idle period, re-armed lazily, so a busy
   connection costs no timer work per request.
@@ -54,17 +60,17 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any
 
 from runtime.clock import NS_PER_MS, Alarm, Clock
 from runtime.net.auth import ServerAuthenticator
 from runtime.net.dialect import Answer, Call, DialectFactory, Handler, RequestContext
 from runtime.net.native_dialect import NativeDialect
+from runtime.net.request_pool import RequestMemoryPool
+from runtime.net.server_config import ServerConfig as ServerConfig  # re-exported: its old home
 from runtime.net.transport import Address, Buffer, Listener, Stream, Transport
-from runtime.properties import config_from_properties
 from wire.errors import ErrorCode, ProtocolError
-from wire.frames import FrameDecoder
+from wire.frames import LENGTH_PREFIX_BYTES, FrameDecoder
 from wire.messages import (
     ApiKey,
     ApiVersionsRequest,
@@ -76,44 +82,6 @@ from wire.messages import (
 )
 
 _log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class ServerConfig:
-    """Server settings; each field is the snake_case form of the property named beside it."""
-
-    # socket.request.max.bytes: largest request frame; a bigger one closes the connection.
-    socket_request_max_bytes: int = 104_857_600
-    # max.connections: accepted connections above this are closed at once.
-    max_connections: int = 10_000
-    # connections.max.idle.ms: close a connection idle (nothing read, nothing owed) this long.
-    connections_max_idle_ms: int = 600_000
-    # queued.max.requests: outstanding requests *per connection* before the server stops reading
-    # it (Kafka's is one queue for the whole broker; per connection, one client cannot starve
-    # the others).
-    queued_max_requests: int = 500
-    # server.shutdown.timeout.ms: how long stop() lets outstanding requests finish.
-    server_shutdown_timeout_ms: int = 30_000
-
-    def __post_init__(self) -> None:
-        for name in (
-            "socket_request_max_bytes",
-            "max_connections",
-            "connections_max_idle_ms",
-            "queued_max_requests",
-        ):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.server_shutdown_timeout_ms < 0:
-            raise ValueError("server_shutdown_timeout_ms must not be negative")
-
-    @classmethod
-    def from_properties(cls, props: Mapping[str, Any]) -> Self:
-        """Read the server's settings from a node's property map; other keys are not ours.
-
-        (A node's config file holds every component's properties; the node validates the set.)
-        """
-        return config_from_properties(cls, props)
 
 
 RequestObserver = Callable[[Request, int], None]
@@ -145,6 +113,9 @@ class _Connection:
         self.idle_alarm: Alarm | None = None
         self.slot_waiter: asyncio.Future[None] | None = None
         self.drained_waiters: list[asyncio.Future[None]] = []
+        self.host = _host_of(stream.peer)
+        # Pool memory reserved for the frame being received (its body still arriving).
+        self.reserved = 0
 
     # reading
 
@@ -170,7 +141,12 @@ class _Connection:
         cap = server.config.queued_max_requests
         decoder = self.decoder
         stream = self.stream
+        pool = server.request_pool
         while True:
+            if not self.reserved and (announced := decoder.incomplete_frame_size()):
+                # Its memory first: while the pool is short this connection is not read.
+                await pool.reserve(announced)
+                self.reserved = announced
             # Straight into the frame being assembled: a request's records are never copied.
             received = await stream.receive_into(decoder.receive_buffer())
             if not received:
@@ -204,20 +180,31 @@ class _Connection:
             self.slot_waiter = None
 
     def dispatch(self, frame: memoryview) -> None:
-        admitted = self.dialect.admit(frame)
+        server = self.server
+        held = LENGTH_PREFIX_BYTES + frame.nbytes
+        if self.reserved:
+            self.reserved = 0  # the frame it was reserved for is this one
+        else:
+            server.request_pool.charge(held)  # it arrived whole within one read
+        try:
+            admitted = self.dialect.admit(frame)
+        except BaseException:
+            server.request_pool.release(held)
+            raise
         if not isinstance(admitted, Call):
+            server.request_pool.release(held)
             self.pending.append(_Slot(admitted))
             return
         slot = _Slot()
         self.pending.append(slot)
-        server = self.server
         # The clock is read only for an observer: without metrics a request pays nothing.
         received_ns = server.clock.monotonic_ns() if server.request_observer is not None else 0
-        server.spawn(self.serve(slot, admitted, received_ns))
+        server.spawn(self.serve(slot, admitted, received_ns, held))
 
     # serving and writing
 
-    async def serve(self, slot: _Slot, call: Call, received_ns: int) -> None:
+    async def serve(self, slot: _Slot, call: Call, received_ns: int, held: int) -> None:
+        server = self.server
         try:
             # None: the request gets no response (Kafka's Produce with acks=0); its slot still
             # keeps its place so later responses are not written ahead of earlier ones.
@@ -231,7 +218,8 @@ class _Connection:
             frame = self.failure_frame(call)
         except Exception:
             frame = self.failure_frame(call)
-        server = self.server
+        finally:
+            server.request_pool.release(held)
         if server.request_observer is not None:
             server.request_observer(call.request, server.clock.monotonic_ns() - received_ns)
         slot.frame = frame
@@ -341,6 +329,9 @@ class _Connection:
         if self.closed:
             return
         self.closed = True
+        if self.reserved:
+            self.server.request_pool.release(self.reserved)
+            self.reserved = 0
         if self.idle_alarm is not None:
             self.idle_alarm.cancel()
             self.idle_alarm = None
@@ -368,6 +359,7 @@ class Server:
         request_observer: RequestObserver | None = None,
         dialect: DialectFactory = NativeDialect,
         listener: str = "native",
+        request_pool: RequestMemoryPool | None = None,
     ) -> None:
         self.transport = transport
         self.requested_address = address
@@ -379,6 +371,10 @@ class Server:
         self.request_observer = request_observer
         self.dialect = dialect
         self.listener = listener  # the name handlers see in RequestContext.listener
+        # Shared by a node's servers (one queued.max.request.bytes for all its listeners).
+        self.request_pool = request_pool or RequestMemoryPool(self.config.queued_max_request_bytes)
+        self._per_ip_limits = self.config.connection_limits()
+        self._per_host: dict[str, int] = {}
         if cluster_secret is not None:
             ServerAuthenticator(cluster_secret)  # rejects an unusable secret now, not per client
         if ApiKey.API_VERSIONS not in self.handlers:
@@ -436,15 +432,30 @@ class Server:
         task.add_done_callback(lambda done: self._tasks.pop(done, None))
 
     def forget(self, connection: _Connection) -> None:
-        self._connections.pop(connection, None)
+        if self._connections.pop(connection, False) is None:
+            count = self._per_host[connection.host] - 1
+            if count:
+                self._per_host[connection.host] = count
+            else:
+                del self._per_host[connection.host]
 
     async def _on_stream(self, stream: Stream) -> None:
-        if self.stopping or len(self._connections) >= self.config.max_connections:
-            _log.warning("refusing connection from %s: max.connections or stopping", stream.peer)
+        host = _host_of(stream.peer)
+        per_ip = self._per_ip_limits.get(host, self.config.max_connections_per_ip)
+        refusal = None
+        if self.stopping:
+            refusal = "the server is stopping"
+        elif len(self._connections) >= self.config.max_connections:
+            refusal = f"max.connections ({self.config.max_connections}) reached"
+        elif self._per_host.get(host, 0) >= per_ip:
+            refusal = f"max.connections.per.ip ({per_ip}) reached for {host}"
+        if refusal is not None:
+            _log.warning("refusing connection from %s: %s", stream.peer, refusal)
             await stream.aclose()
             return
         connection = _Connection(self, stream)
         self._connections[connection] = None
+        self._per_host[host] = self._per_host.get(host, 0) + 1
         done = asyncio.get_running_loop().create_future()
         self._readers[done] = None
         try:
@@ -455,6 +466,15 @@ class Server:
 
     async def _api_versions(self, request: ApiVersionsRequest, ctx: RequestContext) -> Response:
         return api_versions_response(self.handlers.keys())
+
+
+def _host_of(peer: str) -> str:
+    """The address part of a peer name (`127.0.0.1:5555` -> `127.0.0.1`, `[::1]:5555` ->
+    `::1`); a name without a port (an in-memory node) is its own host."""
+    host, sep, port = peer.rpartition(":")
+    if not sep or not port.isdigit():
+        return peer
+    return host.strip("[]")
 
 
 def api_versions_response(served_keys: Any) -> ApiVersionsResponse:
