@@ -1,4 +1,5 @@
-"""`ketch group list | describe`: consumer groups, through any broker.
+"""`ketch group list | describe`: consumer groups, through any broker (`delete` and
+`reset-offsets`, which change groups, are cli/group_admin.py's, registered here).
 
     ketch group list [--json]
     ketch group describe GROUP [--json]
@@ -195,7 +196,9 @@ class ListedGroupRow:
 
 
 def register(subparsers: SubParsers[argparse.ArgumentParser]) -> None:
-    group = subparsers.add_parser("group", help="list and describe consumer groups")
+    group = subparsers.add_parser(
+        "group", help="list, describe and delete consumer groups, reset their offsets"
+    )
     actions = group.add_subparsers(dest="group_command", required=True, metavar="ACTION")
 
     add_query_command(actions, "list", "list the consumer groups of every broker", cmd_list)
@@ -206,6 +209,11 @@ def register(subparsers: SubParsers[argparse.ArgumentParser]) -> None:
         cmd_describe,
         positional=("group", "GROUP"),
     )
+    # Imported here, not at the top: group_admin uses this module's coordinator helpers, so
+    # this module must be whole before it loads.
+    from cli import group_admin
+
+    group_admin.register(actions)
 
 
 def main(argv: Sequence[str]) -> int:

@@ -4,15 +4,15 @@
     ketch config show [--config F] [--set KEY=VALUE ...]
 
 cluster status sends DescribeCluster to the bootstrap broker, which forwards it to the
-    controller (node/broker/lifecycle.py): the controller's id and epoch, every registered
-    broker's address and state ("running", "shutting_down", "fenced") and the count of
-    partitions without a leader. `--json` prints DESIGN.md's shape
-    {"controller": {"id", "host", "port", "epoch"}, "brokers": [{"id", "host", "port",
-    "state"}]}, brokers by id. DescribeCluster does not carry the controller's address (clients
-    never talk to it), so host and port come from `<D>/cluster.json` when `--data-dir` names a
-    `ketch up` data dir whose file lists the same controller id; otherwise they are null (JSON)
-    or "unknown" (table): what is known, and nothing guessed. If the broker answers but the
-    controller cannot be reached, that is said and the exit code is 1.
+    controller (node/broker/lifecycle.py): the cluster id, the controller's id and epoch, every
+    registered broker's address and state ("running", "shutting_down", "fenced") and the count
+    of partitions without a leader. `--json` prints DESIGN.md's shape plus the cluster id
+    {"cluster_id", "controller": {"id", "host", "port", "epoch"}, "brokers": [{"id", "host",
+    "port", "state"}]}, brokers by id. DescribeCluster does not carry the controller's address
+    (clients never talk to it), so host and port come from `<D>/cluster.json` when `--data-dir`
+    names a `ketch up` data dir whose file lists the same controller id; otherwise they are null
+    (JSON) or "unknown" (table): what is known, and nothing guessed. If the broker answers but
+    the controller cannot be reached, that is said and the exit code is 1.
 config show prints the effective node configuration: every property a broker or the
     controller reads (node.broker.config.known_properties(), the controller's
     ControllerConfig), with its value and its source (default, file, flag) as TOML that is
@@ -91,12 +91,14 @@ class BrokerStatus:
 
 @dataclass(frozen=True, slots=True)
 class ClusterStatus:
+    cluster_id: str
     controller: ControllerStatus
     brokers: tuple[BrokerStatus, ...]
     offline_partitions: int
 
     def to_json(self) -> dict[str, object]:
         return {
+            "cluster_id": self.cluster_id,
             "controller": dataclasses.asdict(self.controller),
             "brokers": [dataclasses.asdict(b) for b in self.brokers],
         }
@@ -193,6 +195,7 @@ def cluster_status(
     """The status from a DescribeCluster answer; the controller's address if it is known."""
     address = controller_addresses.get(response.controller_id)
     return ClusterStatus(
+        cluster_id=response.cluster_id,
         controller=ControllerStatus(
             id=response.controller_id,
             host=None if address is None else address.host,
@@ -240,6 +243,7 @@ def _print_status(status: ClusterStatus) -> None:
         if controller.host is None
         else f"at {Address(controller.host, controller.port or 0)}"
     )
+    out.print(f"Cluster {status.cluster_id}")
     out.print(f"Controller {controller.id} (epoch {controller.epoch}), {where}")
     table = Table("Broker", "Host", "Port", "State", "Offline log dirs")
     for broker in status.brokers:

@@ -7,9 +7,9 @@ for the native messages; both listeners use it (the Kafka dialect for a failed h
 broker's controller forwarder for a forward that could not be delivered). A request type with no
 per-partition shape gets the top-level `error_code` (and `error_message` where it has one).
 
-DescribeTransactions has no partitions but is answered per transactional id, as Kafka's
-`getErrorResponse` does: its Kafka response has no top-level error code, so a code only there
-would reach a Kafka client as "no transactions described".
+DescribeTransactions has no partitions but is answered per transactional id, and DeleteGroups per
+group, as Kafka's `getErrorResponse` does: their Kafka responses have no top-level error code, so
+a code only there would reach a Kafka client as "nothing described" or "nothing deleted".
 """
 
 from __future__ import annotations
@@ -28,7 +28,10 @@ from wire.messages import (
     CreatableTopicResult,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeletableGroupResult,
     DeletableTopicResult,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DescribeConfigsRequest,
@@ -273,6 +276,12 @@ def _describe_transactions(request: Any, code: ErrorCode, message: str | None) -
     )
 
 
+def _delete_groups(request: Any, code: ErrorCode, message: str | None) -> Response:
+    return DeleteGroupsResponse(
+        results=[DeletableGroupResult(group_id=g, error_code=code) for g in request.groups_names]
+    )
+
+
 _BUILDERS: Final[dict[type[Request], Callable[[Any, ErrorCode, str | None], Response]]] = {
     ProduceRequest: _produce,
     FetchRequest: _fetch,
@@ -287,4 +296,5 @@ _BUILDERS: Final[dict[type[Request], Callable[[Any, ErrorCode, str | None], Resp
     TxnOffsetCommitRequest: _txn_offset_commit,
     DescribeProducersRequest: _describe_producers,
     DescribeTransactionsRequest: _describe_transactions,
+    DeleteGroupsRequest: _delete_groups,
 }

@@ -35,6 +35,17 @@ class ControllerEpochRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class ClusterIdRecord:
+    """The cluster's id (Kafka's `cluster.id`: a Uuid in its text form, 22 characters), written
+    once, when the controller first starts, and never changed; brokers keep it in their log
+    dirs' meta.properties. Kafka formats it into the controller's meta.properties; ketch's
+    controller keeps every durable fact in its metadata log, this one too."""
+
+    TYPE: ClassVar[str] = "cluster_id"
+    cluster_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class RegisterBrokerRecord:
     """A broker (re-)registered. A re-registration replaces the broker's previous one: a new
     process gets a new incarnation and a larger broker epoch. `fenced` as in KRaft: whether the
@@ -130,6 +141,7 @@ class ProducerIdsRecord:
 
 Record: TypeAlias = (
     ControllerEpochRecord
+    | ClusterIdRecord
     | RegisterBrokerRecord
     | FenceBrokerRecord
     | UnfenceBrokerRecord
@@ -141,6 +153,7 @@ Record: TypeAlias = (
 )
 RECORD_TYPES: Final[tuple[type[Record], ...]] = (
     ControllerEpochRecord,
+    ClusterIdRecord,
     RegisterBrokerRecord,
     FenceBrokerRecord,
     UnfenceBrokerRecord,
@@ -218,6 +231,7 @@ def _as_list(value: tuple[Any, ...]) -> list[Any]:
 
 _CODECS: Final[Mapping[str, _Codec]] = {
     "epoch": (_same, _decode_int),
+    "cluster_id": (_same, _decode_str),
     "broker_id": (_same, _decode_int),
     "broker_epoch": (_same, _decode_int),
     "incarnation_id": (_same, _decode_bytes),

@@ -43,6 +43,11 @@ each registration gets a new broker epoch, which the requests to that broker car
 controller replays the log and writes a higher controller epoch, so brokers fence the requests
 of its predecessor.
 
+The cluster id: the first start writes one (cluster.id when configured, else a new Uuid as
+Kafka's `kafka-storage format` makes) in the same commit as the first controller epoch, and every
+later start reads it back; registrations from brokers of another cluster are refused
+(liveness.py), and Metadata and DescribeCluster carry it.
+
 Ownership and why no lock: the model, the state machines, the liveness table and the request
 channels' membership are touched only by this actor's handlers, one message at a time. The
 timers only `tell` it ticks; the channels report StopReplica answers (and LeaderAndIsr answers
@@ -89,13 +94,20 @@ from actors.controller.messages import (
     SessionTick,
     StopReplicaDone,
 )
-from actors.controller.model import ControllerModel
+from actors.controller.model import ControllerModel, new_cluster_id
 from actors.controller.outbox import RequestChannels, RequestSender, ResponseCallback
 from actors.controller.requests import native_address
 from actors.controller.sessions import BrokerSessions
 from actors.controller.states import PartitionStates, ReplicaStates
 from actors.views import NO_LEADER
-from runtime.actor import Actor, MailboxClosed, MailboxFull, Supervisor, handles
+from runtime.actor import (
+    Actor,
+    ActorFatalError,
+    MailboxClosed,
+    MailboxFull,
+    Supervisor,
+    handles,
+)
 from runtime.clock import Clock
 from wire.messages import (
     AllocateProducerIdsResponse,
@@ -106,7 +118,7 @@ from wire.messages import (
     CreateTopicsResponse,
     DeleteTopicsResponse,
 )
-from wire.metadata_records import ControllerEpochRecord
+from wire.metadata_records import ClusterIdRecord, ControllerEpochRecord
 
 # MetadataStore, RequestChannels and ResponseCallback are what a composition root or a test
 # hands the actor; they stay importable from here, where the actor is.
@@ -169,12 +181,16 @@ class ControllerActor(Actor):
     async def on_start(self) -> None:
         replayed = self._ctx.journal.replay()
         change = Change(self.model)
+        cluster_id = self._cluster_id()
+        if cluster_id != self.model.cluster_id:
+            change.add(ClusterIdRecord(cluster_id))
         change.add(ControllerEpochRecord(self.model.controller_epoch + 1))
         await self._ctx.journal.commit(change)
         log.info(
-            "%s: active with epoch %d (%d records replayed)",
+            "%s: active with epoch %d in cluster %s (%d records replayed)",
             self.name,
             self.model.controller_epoch,
+            self.model.cluster_id,
             replayed,
         )
         await liveness.resume(self._ctx)
@@ -186,6 +202,21 @@ class ControllerActor(Actor):
                 self.config.leader_imbalance_check_interval_seconds * 1000,
                 functools.partial(self._tick, RebalanceTick()),
             )
+
+    def _cluster_id(self) -> str:
+        """The id the metadata log holds; on the first start (or a log written before ketch had
+        cluster ids) cluster.id when configured, else a new one, as `kafka-storage format`
+        would make. A configured cluster.id that is not the log's is fatal: this metadata
+        belongs to another cluster, as Kafka refuses a meta.properties of another cluster."""
+        stored, configured = self.model.cluster_id, self.config.cluster_id
+        if stored is None:
+            return configured or new_cluster_id(self._ctx.rng)
+        if configured and configured != stored:
+            raise ActorFatalError(
+                f"{self.name}: the metadata log belongs to cluster {stored}, "
+                f"but cluster.id is {configured}"
+            )
+        return stored
 
     async def on_stop(self) -> None:
         self._ctx.deletion_retries.close()
@@ -298,7 +329,9 @@ class ControllerActor(Actor):
                     tuple(sorted(self._ctx.sessions.offline_dirs(broker.broker_id))),
                 )
             )
+        assert self.model.cluster_id is not None, "written by on_start"
         return ClusterStatus(
+            cluster_id=self.model.cluster_id,
             controller_id=self.config.controller_id,
             controller_epoch=self.model.controller_epoch,
             brokers=tuple(brokers),

@@ -2,6 +2,10 @@
 registration, heartbeats, session expiry and fencing, and what follows a broker's startup or
 failure; also the controller's own restart (`resume`).
 
+A registration names the cluster the broker belongs to (its meta.properties' cluster.id); one
+of another cluster is refused with INCONSISTENT_CLUSTER_ID, as Kafka's controller refuses it. A
+broker that names none (its first start) is told the id in the answer and stores it.
+
 ZooKeeper's part is played by registration and heartbeats: a registered broker is live until it
 misses heartbeats for broker.session.timeout.ms (then it is fenced: onBrokerFailure) or asks to
 be fenced at the end of its controlled shutdown (actors/controller/shutdown.py). A registration
@@ -71,8 +75,19 @@ async def register(
     ctx: ControllerContext, request: BrokerRegistrationRequest
 ) -> BrokerRegistrationResponse:
     broker_id = request.broker_id
-    if ctx.config.cluster_id is not None and request.cluster_id != ctx.config.cluster_id:
-        return BrokerRegistrationResponse(error_code=ErrorCode.INCONSISTENT_CLUSTER_ID)
+    cluster_id = ctx.model.cluster_id
+    assert cluster_id is not None, "written when the controller started"
+    if request.cluster_id and request.cluster_id != cluster_id:
+        log.warning(
+            "%s: broker %d of cluster %s refused: this is cluster %s",
+            ctx.name,
+            broker_id,
+            request.cluster_id,
+            cluster_id,
+        )
+        return BrokerRegistrationResponse(
+            error_code=ErrorCode.INCONSISTENT_CLUSTER_ID, cluster_id=cluster_id
+        )
     if broker_id < 0:
         return BrokerRegistrationResponse(error_code=ErrorCode.INVALID_REQUEST)
     existing = ctx.model.broker(broker_id)
@@ -80,7 +95,9 @@ async def register(
         if existing.incarnation_id == request.incarnation_id:
             # A retried registration of the same process: the same answer.
             ctx.sessions.heard_from(broker_id, ctx.clock.monotonic_ms())
-            return BrokerRegistrationResponse(broker_epoch=existing.broker_epoch)
+            return BrokerRegistrationResponse(
+                broker_epoch=existing.broker_epoch, cluster_id=cluster_id
+            )
         same_dirs = bool(existing.log_dirs) and tuple(request.log_dirs) == existing.log_dirs
         if not (ctx.sessions.is_shutting_down(broker_id) or same_dirs):
             log.warning(
@@ -117,7 +134,7 @@ async def register(
     await ctx.journal.commit(change)
     log.info("%s: broker %d registered with epoch %d", ctx.name, broker_id, epoch)
     await on_broker_startup(ctx, [broker_id])
-    return BrokerRegistrationResponse(broker_epoch=epoch)
+    return BrokerRegistrationResponse(broker_epoch=epoch, cluster_id=cluster_id)
 
 
 def lost_log_dirs(registered: Sequence[bytes], now: Sequence[bytes]) -> frozenset[bytes]:

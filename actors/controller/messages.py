@@ -41,7 +41,9 @@ class ControllerConfig:
     """The controller's settings under Kafka's property names, with Kafka's defaults."""
 
     controller_id: int = field(default=DEFAULT_CONTROLLER_ID, metadata=property_metadata("node.id"))
-    cluster_id: str | None = None  # cluster.id: registrations must match when set
+    # cluster.id: the id the first start writes to the metadata log (None: a new random one);
+    # a log holding another id is refused. Registrations must match the log's id.
+    cluster_id: str | None = None
     broker_session_timeout_ms: int = 9_000
     broker_heartbeat_interval_ms: int = 2_000
     unclean_leader_election_enable: bool = False
@@ -139,6 +141,7 @@ class BrokerStatus:
 
 @dataclass(frozen=True, slots=True)
 class ClusterStatus:
+    cluster_id: str
     controller_id: int
     controller_epoch: int
     brokers: tuple[BrokerStatus, ...]

@@ -1,20 +1,21 @@
 """The controller's durable metadata: the records of its metadata log and the model they build.
 
-Everything the controller must remember across a restart — its epoch, the registered brokers,
-the topics, every partition's assignment, leader, ISR and epochs, the deletions under way, and
-where the next block of producer ids starts — is written as a record before it is acted on
-(the znodes of Kafka's ZooKeeper controller, the metadata records of KRaft). Replaying the
-records in order rebuilds an equal `ControllerModel`, and `snapshot()` condenses a model into
-the few records that rebuild it, so the log can be cut.
+Everything the controller must remember across a restart — the cluster id, its epoch, the
+registered brokers, the topics, every partition's assignment, leader, ISR and epochs, the
+deletions under way, and where the next block of producer ids starts — is written as a record
+before it is acted on (the znodes of Kafka's ZooKeeper controller, the metadata records of
+KRaft). Replaying the records in order rebuilds an equal `ControllerModel`, and `snapshot()`
+condenses a model into the few records that rebuild it, so the log can be cut.
 
 The records and their codec are formats, so they live in wire/metadata_records.py.
 
 `apply` asserts the invariants the controller must keep (a violation is a controller bug, never
-an expected error): the controller epoch never decreases; broker epochs only grow, each
-registration issuing one larger than any before; a partition's ISR is a non-empty subset of its
-replicas and its leader is in the ISR or -1; its leader epoch grows whenever the leader changes,
-its partition epoch whenever the replicas or ISR change, and neither ever decreases; the next
-producer id only grows, so no block of producer ids is handed out twice.
+an expected error): the cluster id is set once and never changes; the controller epoch never
+decreases; broker epochs only grow, each registration issuing one larger than any before; a
+partition's ISR is a non-empty subset of its replicas and its leader is in the ISR or -1; its
+leader epoch grows whenever the leader changes, its partition epoch whenever the replicas or ISR
+change, and neither ever decreases; the next producer id only grows, so no block of producer
+ids is handed out twice.
 
 Owner: the controller actor, from its own task (and its replay at startup); nothing else holds a
 reference, so no lock is needed. Pure: no I/O, no clock, no asyncio.
@@ -31,6 +32,7 @@ from actors.controller.election import topics_collide, validate_topic_name
 from actors.views import NO_LEADER
 from wire.errors import ErrorCode
 from wire.metadata_records import (
+    ClusterIdRecord,
     ControllerEpochRecord,
     Endpoint,
     FenceBrokerRecord,
@@ -43,7 +45,7 @@ from wire.metadata_records import (
     TopicRecord,
     UnfenceBrokerRecord,
 )
-from wire.topic import TopicPartition
+from wire.topic import TopicPartition, uuid_text
 
 TOPIC_ID_BYTES: Final = 16
 PRODUCER_ID_BLOCK_SIZE: Final = 1_000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
@@ -75,6 +77,7 @@ class ControllerModel:
     """Brokers, topics, partitions and epochs, built only by `apply`-ing records."""
 
     def __init__(self) -> None:
+        self._cluster_id: str | None = None
         self._controller_epoch = 0
         self._brokers: dict[int, BrokerRegistration] = {}
         self._max_broker_epoch = -1
@@ -100,6 +103,7 @@ class ControllerModel:
 
     def _state(self) -> tuple[object, ...]:
         return (
+            self._cluster_id,
             self._controller_epoch,
             self._brokers,
             self._max_broker_epoch,
@@ -115,6 +119,8 @@ class ControllerModel:
         match record:
             case ControllerEpochRecord():
                 self._apply_controller_epoch(record)
+            case ClusterIdRecord():
+                self._apply_cluster_id(record)
             case RegisterBrokerRecord():
                 self._apply_register(record)
             case FenceBrokerRecord():
@@ -139,6 +145,14 @@ class ControllerModel:
             f"controller epoch going back: {self._controller_epoch} -> {record.epoch}"
         )
         self._controller_epoch = record.epoch
+
+    def _apply_cluster_id(self, record: ClusterIdRecord) -> None:
+        # A second, different id would make the brokers that stored the first refuse to join.
+        assert record.cluster_id, record
+        assert self._cluster_id in (None, record.cluster_id), (
+            f"cluster id changing: {self._cluster_id} -> {record.cluster_id}"
+        )
+        self._cluster_id = record.cluster_id
 
     def _apply_register(self, record: RegisterBrokerRecord) -> None:
         assert record.broker_id >= 0, record
@@ -208,9 +222,12 @@ class ControllerModel:
 
     def snapshot(self) -> list[Record]:
         """Records that rebuild an equal model when applied to an empty one, in an order that
-        satisfies `apply`'s checks (registrations by ascending broker epoch, each topic before
-        its partitions, deletions, then the newest producer-id block)."""
-        records: list[Record] = [ControllerEpochRecord(self._controller_epoch)]
+        satisfies `apply`'s checks (the cluster id, registrations by ascending broker epoch,
+        each topic before its partitions, deletions, then the newest producer-id block)."""
+        records: list[Record] = []
+        if self._cluster_id is not None:
+            records.append(ClusterIdRecord(self._cluster_id))
+        records.append(ControllerEpochRecord(self._controller_epoch))
         for b in sorted(self._brokers.values(), key=lambda b: b.broker_epoch):
             records.append(
                 RegisterBrokerRecord(
@@ -232,6 +249,11 @@ class ControllerModel:
         return records
 
     # -- queries ---------------------------------------------------------------------------
+
+    @property
+    def cluster_id(self) -> str | None:
+        """The cluster's id; None until the first start of the controller has written one."""
+        return self._cluster_id
 
     @property
     def controller_epoch(self) -> int:
@@ -311,6 +333,21 @@ class ControllerModel:
                 candidate = uuid.UUID(int=rng.getrandbits(128), version=4).bytes
             if is_valid_topic_id(candidate) and candidate not in self._topics:
                 return candidate
+
+
+def new_cluster_id(rng: random.Random | None = None) -> str:
+    """A fresh cluster id as Kafka makes one (`Uuid.randomUuid().toString()`): a version-4 UUID
+    in URL-safe base64 without padding, 22 characters, never all-zero, and never starting with
+    "-", which a command line would read as a flag (Kafka skips those too). From `rng` when
+    given, for reproducible tests."""
+    while True:
+        if rng is None:
+            raw = uuid.uuid4().bytes
+        else:
+            raw = uuid.UUID(int=rng.getrandbits(128), version=4).bytes
+        text = uuid_text(raw)
+        if raw != bytes(TOPIC_ID_BYTES) and not text.startswith("-"):
+            return text
 
 
 def _check_partition_record(record: PartitionRecord) -> None:

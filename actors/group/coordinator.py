@@ -11,6 +11,11 @@ offsets partition and stops when it no longer leads it. Partitions an UpdateMeta
 arrive from the ReplicaManager's other hook (`on_partitions_deleted`), are recorded like the
 moves and go to every shard after them, which drops the groups' offsets of them.
 
+DeleteGroups names groups of any partition: each goes to its group's shard (the groups of one
+shard in one message, so their tombstones are one write), and the shards are asked together.
+The empty group id is refused (INVALID_GROUP_ID) before routing, for DeleteGroups and
+OffsetDelete alike (deletion.py says why).
+
 Transactions (KIP-98): TxnOffsetCommit goes to the group's shard like OffsetCommit. When a
 transaction's COMMIT or ABORT marker is written to an offsets partition led here, the broker's
 WriteTxnMarkers handler calls `on_transaction_completed` (Kafka's onTransactionCompleted) and
@@ -24,6 +29,7 @@ acks=all); so does the successor of a shard that stops before reading the messag
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +39,8 @@ from actors.group.config import GroupCoordinatorConfig
 from actors.group.shard import (
     Beat,
     Commit,
+    DeleteGroups,
+    DeleteOffsets,
     Describe,
     FetchOffsets,
     GroupShard,
@@ -51,6 +59,9 @@ from runtime.clock import Clock
 from wire.errors import ErrorCode
 from wire.group_records import OFFSETS_TOPIC, partition_for
 from wire.messages import (
+    DeletableGroupResult,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
     DescribedGroup,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
@@ -66,6 +77,8 @@ from wire.messages import (
     OffsetCommitResponse,
     OffsetCommitResponsePartition,
     OffsetCommitResponseTopic,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
     SyncGroupRequest,
@@ -293,3 +306,43 @@ class GroupCoordinator(PartitionRouter[GroupShard]):
             except ValueError:
                 return ListGroupsResponse(error_code=ErrorCode.INVALID_REQUEST)
         return ListGroupsResponse(error_code=code, groups=groups)
+
+    async def delete_groups(self, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
+        """One result per group named (a group named twice is deleted once, as Kafka takes
+        them as a set), in the order named."""
+        wanted = list(dict.fromkeys(request.groups_names))
+        codes: dict[str, ErrorCode] = {}
+        by_shard: dict[int, tuple[GroupShard, list[str]]] = {}
+        for group_id in wanted:
+            shard = self._shard(group_id) if group_id else ErrorCode.INVALID_GROUP_ID
+            if isinstance(shard, ErrorCode):
+                codes[group_id] = shard
+            else:
+                by_shard.setdefault(shard.partition, (shard, []))[1].append(group_id)
+        answers = await asyncio.gather(
+            *(self._delete_at(shard, tuple(ids)) for shard, ids in by_shard.values())
+        )
+        for answered in answers:
+            codes.update(answered)
+        return DeleteGroupsResponse(
+            results=[DeletableGroupResult(group_id=g, error_code=codes[g]) for g in wanted]
+        )
+
+    async def _delete_at(
+        self, shard: GroupShard, group_ids: tuple[str, ...]
+    ) -> dict[str, ErrorCode]:
+        try:
+            deleted = await shard.ask(DeleteGroups(group_ids))
+            return await shard.settled(deleted)
+        except MailboxError:
+            return dict.fromkeys(group_ids, ErrorCode.NOT_COORDINATOR)
+
+    async def offset_delete(self, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
+        shard = self._shard(request.group_id) if request.group_id else ErrorCode.INVALID_GROUP_ID
+        if isinstance(shard, ErrorCode):
+            return OffsetDeleteResponse(error_code=shard)
+        try:
+            deleted = await shard.ask(DeleteOffsets(request))
+            return await shard.settled(deleted)
+        except MailboxError:
+            return OffsetDeleteResponse(error_code=ErrorCode.NOT_COORDINATOR)

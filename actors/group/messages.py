@@ -8,17 +8,19 @@ replication.
 
 The shard's own messages come from its alarms (`JoinDeadline`, `SessionExpired`), its periodic
 expiry check (`ExpireOffsets`) and its offsets-topic writes (`GroupStored`, `OffsetsStored`,
-`TxnOffsetsStored`): they carry a timer's token or a write's outcome back into the mailbox, so
-every state change happens in a handler. `TxnCompleted` comes from the broker's WriteTxnMarkers
-handler, through the router, once a transaction's marker is written to the shard's partition.
+`TxnOffsetsStored`, `TombstonesStored`): they carry a timer's token or a write's outcome back
+into the mailbox, so every state change happens in a handler. `TxnCompleted` comes from the
+broker's WriteTxnMarkers handler, through the router, once a transaction's marker is written to
+the shard's partition.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from actors.group.state import PendingTxnOffset
+from actors.group.state import PendingTxnOffset, Removed
 from runtime.actor import Ask
 from wire.errors import ErrorCode
 from wire.group_records import OffsetValue
@@ -33,6 +35,8 @@ from wire.messages import (
     ListedGroup,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
     SyncGroupRequest,
@@ -104,6 +108,21 @@ class ListAll(Ask[list[ListedGroup]]):
 
 
 @dataclass(frozen=True, slots=True)
+class DeleteGroups(Ask[asyncio.Future[dict[str, ErrorCode]]]):
+    """DeleteGroups for groups of this shard: each one's outcome, once its tombstones are
+    written (deletion.py)."""
+
+    group_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteOffsets(Ask[asyncio.Future[OffsetDeleteResponse]]):
+    """OffsetDelete: answered once the tombstones are written (deletion.py)."""
+
+    request: OffsetDeleteRequest
+
+
+@dataclass(frozen=True, slots=True)
 class RemoveOffsets:
     """Partitions deleted from the cluster (an UpdateMetadata named them): every group's
     committed offsets of them go, with tombstones (Kafka's onPartitionsDeleted)."""
@@ -155,6 +174,17 @@ class TxnOffsetsStored:
     error: ErrorCode
     answer: asyncio.Future[TxnOffsetCommitResponse]
     request: TxnOffsetCommitRequest
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TombstonesStored:
+    """A DeleteGroups' or an OffsetDelete's tombstones (written at `order`) are replicated, or
+    failed: `removed` goes back into the state on failure; `answer` settles the request."""
+
+    removed: tuple[Removed, ...]
+    order: int
+    error: ErrorCode
+    answer: Callable[[ErrorCode], None]
 
 
 @dataclass(frozen=True, slots=True)

@@ -154,6 +154,10 @@ def offsets_stored(state: ShardState, message: OffsetsStored) -> None:
     if message.error is ErrorCode.NONE:
         for tp, value in message.offsets:
             state.commit_offset(message.group_id, tp, value, message.order)
+        if message.group_id in state.offsets:
+            # Deleted (DeleteGroups) while this was written: the offsets that stand bring the
+            # group back Empty, as a loading shard rebuilds it from them.
+            state.groups.setdefault(message.group_id, Group(message.group_id))
         code = ErrorCode.NONE
     else:
         code = store_error(message.error)

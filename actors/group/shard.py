@@ -10,9 +10,10 @@ This module is the actor: its mailbox and handlers, loading and unloading, the s
 (one `ShardState`, state.py) and the mechanisms the rules act through (alarms on its clock,
 writes to its offsets partition). The rules are functions of that state, called from the
 handlers: membership.py (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, sessions and rebalances),
-offsets.py (OffsetCommit, OffsetFetch, expiry and removal of offsets) and txn_offsets.py
-(TxnOffsetCommit, and a transaction's offsets committed or dropped by its marker). Its messages
-are in messages.py and importable from here too.
+offsets.py (OffsetCommit, OffsetFetch, expiry and removal of offsets), txn_offsets.py
+(TxnOffsetCommit, and a transaction's offsets committed or dropped by its marker) and
+deletion.py (DeleteGroups, OffsetDelete). Its messages are in messages.py and importable from
+here too.
 
 Lifecycle (seed 002, handleGroupImmigration / handleGroupEmigration):
 
@@ -26,9 +27,10 @@ Lifecycle (seed 002, handleGroupImmigration / handleGroupEmigration):
   True, until one succeeds or the shard is stopped. Messages told meanwhile (deleted
   partitions, ended transactions) wait in the mailbox until the load is done.
 * **Serving**: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, TxnOffsetCommit,
-  OffsetFetch, DescribeGroups and ListGroups (the `@handles` methods). A request that must wait
-  (a join until the rebalance completes, a sync until the leader's assignment is stored, a
-  commit until its records are replicated) gets back a future, which the handler completes
+  OffsetFetch, DescribeGroups, ListGroups, DeleteGroups and OffsetDelete (the `@handles`
+  methods). A request that must wait (a join until the rebalance completes, a sync until the
+  leader's assignment is stored, a commit or a deletion until its records are replicated) gets
+  back a future, which the handler completes
   later from another message: the mailbox never blocks on a member or on replication.
 * **Deleted partitions** (`RemoveOffsets`): the committed offsets of partitions the cluster
   deleted are dropped with tombstones, and a group left Empty without offsets is forgotten.
@@ -60,11 +62,13 @@ import logging
 from collections.abc import Coroutine
 from typing import Any, Final
 
-from actors.group import membership, offsets, txn_offsets
+from actors.group import deletion, membership, offsets, txn_offsets
 from actors.group.config import GroupCoordinatorConfig
 from actors.group.messages import (
     Beat,
     Commit,
+    DeleteGroups,
+    DeleteOffsets,
     Describe,
     ExpireOffsets,
     FetchOffsets,
@@ -77,6 +81,7 @@ from actors.group.messages import (
     RemoveOffsets,
     SessionExpired,
     Sync,
+    TombstonesStored,
     TxnCommit,
     TxnCompleted,
     TxnOffsetsStored,
@@ -96,6 +101,7 @@ from wire.messages import (
     LeaveGroupResponse,
     ListedGroup,
     OffsetCommitResponse,
+    OffsetDeleteResponse,
     OffsetFetchResponse,
     SyncGroupResponse,
     TxnOffsetCommitResponse,
@@ -104,6 +110,8 @@ from wire.messages import (
 __all__ = [
     "Beat",
     "Commit",
+    "DeleteGroups",
+    "DeleteOffsets",
     "Describe",
     "FetchOffsets",
     "GroupShard",
@@ -362,10 +370,28 @@ class GroupShard(Actor):
     @handles(ExpireOffsets)
     def _expire_offsets(self, message: ExpireOffsets) -> None:
         offsets.expire(self._state)
+        # A deleted offset's tombstone order outlives the writes it guards against (issued
+        # before it, bounded by offsets.commit.timeout.ms) by the check interval at least.
+        interval_ms = self._config.offsets_retention_check_interval_ms
+        self._state.forget_deleted_before(self._state.now_ms() - interval_ms)
 
     @handles(RemoveOffsets)
     def _remove_offsets(self, message: RemoveOffsets) -> None:
         offsets.remove(self._state, message.partitions)
+
+    # -- deletion (deletion.py) ------------------------------------------------------------
+
+    @handles(DeleteGroups)
+    def _delete_groups(self, message: DeleteGroups) -> asyncio.Future[dict[str, ErrorCode]]:
+        return deletion.delete_groups(self._state, message.group_ids)
+
+    @handles(DeleteOffsets)
+    def _delete_offsets(self, message: DeleteOffsets) -> asyncio.Future[OffsetDeleteResponse]:
+        return deletion.delete_offsets(self._state, message.request)
+
+    @handles(TombstonesStored)
+    def _tombstones_stored(self, message: TombstonesStored) -> None:
+        deletion.tombstones_stored(self._state, message)
 
     # -- describe and list -----------------------------------------------------------------
 

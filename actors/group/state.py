@@ -11,7 +11,7 @@ back as a message.
 What is stored (`groups`, `offsets`, and the transactional offsets not yet ended by a marker,
 `pending_txn`) is rebuilt from the offsets partition when a shard loads; `waiting` is not
 stored: parked answers and alarms die with the shard, whose unloading answers every waiting
-member NOT_COORDINATOR.
+member NOT_COORDINATOR. Nor is `deleted` (below).
 
 Orders (`committed_order`, `PendingTxnOffset.order`, `next_order`) say where an offset's record
 lies in the offsets partition, so that a transaction's offsets, committed by its marker, replace
@@ -22,6 +22,12 @@ high watermark the load stopped at. They are only compared, never used as offset
 of one shard reach the partition in the order they are issued (each write task takes the same
 path to the partition's mailbox, and tasks and full mailboxes both wake their waiters first in,
 first out), so issue order is log order.
+
+Deleted offsets (DeleteGroups, OffsetDelete: deletion.py) leave their tombstone's order in
+`deleted`, so that a commit whose record came before the tombstone, but whose write ends after
+it, stays deleted: in the log the tombstone follows it, and a loading shard drops it too (Kafka
+gets the same by dropping the partition's pending commit). An entry is kept until no write
+issued before it can still be in flight (`forget_deleted_before`).
 """
 
 from __future__ import annotations
@@ -69,6 +75,16 @@ class PendingTxnOffset:
     written: bool = False
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class Removed:
+    """What a DeleteGroups or an OffsetDelete took out of one group's state while its
+    tombstones were being written: put back if the write fails (deletion.py)."""
+
+    group_id: str
+    group: Group | None  # the group itself, when it was forgotten
+    offsets: tuple[tuple[tuple[str, int], OffsetValue, int], ...]  # (partition, value, order)
+
+
 @dataclass(slots=True, eq=False)
 class ShardState:
     """One shard's groups, offsets and waiting members, with what the rules need to act."""
@@ -87,6 +103,8 @@ class ShardState:
         default_factory=dict
     )
     next_order: int = 0
+    # Group -> (topic, partition) -> (its tombstone's order, monotonic ms when it was issued).
+    deleted: dict[str, dict[tuple[str, int], tuple[int, int]]] = field(default_factory=dict)
     waiting: dict[str, Waiting] = field(default_factory=dict)
     tokens: int = 0
 
@@ -116,7 +134,11 @@ class ShardState:
         self, group_id: str, tp: tuple[str, int], value: OffsetValue, order: int
     ) -> None:
         """Make `value` the committed offset unless the committed one's record came later
-        (Kafka's olderThan check, for plain and transactional commits alike)."""
+        (Kafka's olderThan check, for plain and transactional commits alike), or a tombstone
+        that deleted the partition's offset did (the module doc)."""
+        deleted = self.deleted.get(group_id, {}).get(tp)
+        if deleted is not None and deleted[0] > order:
+            return
         orders = self.committed_order.setdefault(group_id, {})
         current = orders.get(tp)
         if current is not None and current > order:
@@ -133,6 +155,43 @@ class ShardState:
                 if not entries:
                     del table[group_id]
 
+    def delete_committed(
+        self, group_id: str, tp: tuple[str, int], order: int
+    ) -> tuple[OffsetValue, int] | None:
+        """Drop a committed offset whose tombstone is written at `order`; the offset and its
+        order, for putting it back if that write fails (None: nothing was committed)."""
+        value = self.offsets.get(group_id, {}).get(tp)
+        if value is None:
+            return None
+        previous = self.committed_order[group_id][tp]
+        self.forget_committed(group_id, tp)
+        self.deleted.setdefault(group_id, {})[tp] = (order, self.now_ms())
+        return value, previous
+
+    def undelete(self, removed: Removed, order: int) -> None:
+        """Put back what a deletion whose tombstones (at `order`) failed to be written took
+        out: the offsets, unless one was committed since, and the group, unless its id has been
+        taken since (a member joined, a consumer committed)."""
+        marks = self.deleted.get(removed.group_id, {})
+        for tp, value, previous in removed.offsets:
+            mark = marks.get(tp)
+            if mark is not None and mark[0] == order:
+                del marks[tp]
+            self.commit_offset(removed.group_id, tp, value, previous)
+        if not marks:
+            self.deleted.pop(removed.group_id, None)
+        if removed.group is not None:
+            self.groups.setdefault(removed.group_id, removed.group)
+
+    def forget_deleted_before(self, before_ms: int) -> None:
+        """Forget the tombstones' orders issued before `before_ms` (monotonic): every write
+        issued before them has ended by then."""
+        for group_id, marks in list(self.deleted.items()):
+            for tp in [tp for tp, (_, at_ms) in marks.items() if at_ms < before_ms]:
+                del marks[tp]
+            if not marks:
+                del self.deleted[group_id]
+
     def pending_partitions(self, group_id: str) -> frozenset[tuple[str, int]]:
         """The group's partitions with offsets of a transaction not yet ended."""
         return frozenset(
@@ -145,6 +204,7 @@ class ShardState:
         self.offsets.clear()
         self.committed_order.clear()
         self.pending_txn.clear()
+        self.deleted.clear()
         self.next_order = 0
 
 

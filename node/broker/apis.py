@@ -4,11 +4,16 @@ One table maps an API key to its handler; the native listener and the Kafka list
 same table. What differs between them is decided from the request's `RequestContext.listener`,
 in the handler, not by a second table:
 
-    Metadata         the listener's own addresses; on the Kafka listener also the cluster id, and
-                     the answering broker named as controller (below)
+    Metadata         the listener's own addresses; on the Kafka listener the answering broker
+                     named as controller (below)
+    DescribeCluster  native: forwarded to the controller; Kafka: answered from the broker's
+                     metadata, as Kafka's brokers answer it
     FindCoordinator  the coordinator's address on the asking listener
     JoinGroup        MEMBER_ID_REQUIRED first for Kafka JoinGroup v4+ (KIP-394) and for every
                      native client; older Kafka versions get the member id in the join's answer
+
+Metadata carries the cluster id on both listeners, and on both may create the unknown topics it
+is asked for (allow_auto_topic_creation and auto.create.topics.enable: node/broker/auto_topics.py).
 
 What each listener may reach is decided by the listener, not here: the native server refuses the
 control-plane APIs (LeaderAndIsr, StopReplica, UpdateMetadata) on connections that did not prove
@@ -27,6 +32,7 @@ nothing here needs a lock.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Final
 
 from actors.replication.partition_messages import ACKS_NONE
@@ -37,6 +43,7 @@ from actors.replication.replica_manager_messages import (
     HandleUpdateMetadata,
 )
 from actors.replication.request_path import RequestPath
+from node.broker.auto_topics import AutoTopicCreationManager
 from node.broker.config import KAFKA_LISTENER
 from node.broker.describe_configs import TopicConfigSource, describe_configs
 from node.broker.forwarder import ControllerForwarder
@@ -57,6 +64,7 @@ from wire.messages import (
     CreateTopicsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeClusterBroker,
     DescribeClusterRequest,
     DescribeClusterResponse,
     DescribeConfigsRequest,
@@ -115,6 +123,9 @@ from wire.topic import TopicPartition
 
 # KIP-394: from JoinGroup v4 a new Kafka member first learns its id from MEMBER_ID_REQUIRED.
 KNOWN_MEMBER_ID_VERSION: Final = 4
+# DescribeCluster's endpoint types (KIP-919).
+BROKER_ENDPOINT_TYPE: Final = 1
+CONTROLLER_ENDPOINT_TYPE: Final = 2
 
 
 class BrokerApis:
@@ -124,10 +135,11 @@ class BrokerApis:
         self,
         *,
         broker_id: int,
-        cluster_id: str | None,
+        cluster_id: Callable[[], str | None],
         replica_manager: ReplicaManager,
         request_path: RequestPath,
         forwarder: ControllerForwarder,
+        auto_topics: AutoTopicCreationManager,
         groups: BrokerGroups,
         producer_ids: ProducerIdManager,
         topic_configs: TopicConfigSource,
@@ -137,6 +149,7 @@ class BrokerApis:
         self._replica_manager = replica_manager
         self._request_path = request_path
         self._forwarder = forwarder
+        self._auto_topics = auto_topics
         self._groups = groups
         self._producer_ids = producer_ids
         self._topic_configs = topic_configs
@@ -174,6 +187,8 @@ class BrokerApis:
             ApiKey.OFFSET_FETCH: self.offset_fetch,
             ApiKey.DESCRIBE_GROUPS: self.describe_groups,
             ApiKey.LIST_GROUPS: self.list_groups,
+            ApiKey.DELETE_GROUPS: self._groups.delete_groups,
+            ApiKey.OFFSET_DELETE: self._groups.offset_delete,
             # control plane (the native listener, cluster members only)
             ApiKey.LEADER_AND_ISR: self.leader_and_isr,
             ApiKey.STOP_REPLICA: self.stop_replica,
@@ -222,11 +237,14 @@ class BrokerApis:
 
     async def metadata(self, request: MetadataRequest, ctx: RequestContext) -> MetadataResponse:
         metadata = self._replica_manager.metadata
-        if ctx.listener != KAFKA_LISTENER:
-            return metadata.metadata_response(request, listener=ctx.listener)
-        response = metadata.metadata_response(
-            request, listener=ctx.listener, cluster_id=self._cluster_id
+        response = self._auto_topics.answer(
+            request,
+            metadata.metadata_response(
+                request, listener=ctx.listener, cluster_id=self._cluster_id()
+            ),
         )
+        if ctx.listener != KAFKA_LISTENER:
+            return response
         # Kafka clients send admin requests to the controller the answer names; ketch's
         # controller is no broker, and every broker forwards them to it (KIP-590), so the
         # answering broker names itself, as a KRaft broker names a live broker.
@@ -312,7 +330,27 @@ class BrokerApis:
     async def describe_cluster(
         self, request: DescribeClusterRequest, ctx: RequestContext
     ) -> DescribeClusterResponse:
-        return await self._forwarder.describe_cluster(request)
+        if ctx.listener != KAFKA_LISTENER:
+            # ketch's own (`ketch cluster status`): the controller's view, with the fenced and
+            # shutting-down brokers and its epoch.
+            return await self._forwarder.describe_cluster(request)
+        # Kafka's brokers answer from their metadata: the live brokers at this listener's
+        # addresses, and the answering broker as controller, as in Metadata. They describe
+        # brokers, not controllers (KIP-919's endpoint types).
+        if request.endpoint_type != BROKER_ENDPOINT_TYPE:
+            return DescribeClusterResponse.error_response(
+                ErrorCode.MISMATCHED_ENDPOINT_TYPE
+                if request.endpoint_type == CONTROLLER_ENDPOINT_TYPE
+                else ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
+            )
+        return DescribeClusterResponse(
+            cluster_id=self._cluster_id() or "",
+            controller_id=self._broker_id,
+            brokers=[
+                DescribeClusterBroker(broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+                for b in self._replica_manager.metadata.response_brokers(ctx.listener)
+            ],
+        )
 
     async def describe_configs(
         self, request: DescribeConfigsRequest, ctx: RequestContext

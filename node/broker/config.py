@@ -28,7 +28,8 @@ itself:
 
 and the lifecycle's keys (node/broker/lifecycle.py): cluster.id, broker.heartbeat.interval.ms,
 broker.session.timeout.ms, controlled.shutdown.enable, controlled.shutdown.max.retries,
-controlled.shutdown.retry.backoff.ms.
+controlled.shutdown.retry.backoff.ms; and topic auto-creation's (node/broker/auto_topics.py):
+auto.create.topics.enable, num.partitions, default.replication.factor.
 
 The value is immutable: a node is configured once, at construction. The listener rules are
 Kafka's (KafkaConfig's listener validation): a bad combination is refused here, when the
@@ -47,6 +48,7 @@ from actors.replication.config import ReplicaFetcherConfig, ReplicaManagerConfig
 from actors.replication.request_path import DEFAULT_MESSAGE_MAX_BYTES
 from actors.transactions.config import TransactionConfig
 from client.config import ClientConfig
+from node.broker.auto_topics import AutoTopicCreationConfig
 from node.broker.lifecycle import BrokerLifecycleConfig
 from runtime.log.config import LogManagerConfig
 from runtime.metrics.registry import METRICS_DISABLED, METRICS_PORT_KEY, metrics_port
@@ -166,6 +168,8 @@ class BrokerConfig:
     # registration, heartbeats, controlled shutdown, forwarded topic requests).
     client: ClientConfig = field(default_factory=ClientConfig)
     lifecycle: BrokerLifecycleConfig = field(default_factory=BrokerLifecycleConfig)
+    # Topics created on a client's Metadata request (auto.create.topics.enable, ...).
+    auto_topics: AutoTopicCreationConfig = field(default_factory=AutoTopicCreationConfig)
     metrics_port: int = METRICS_DISABLED
     # The consumer-group coordinator (offsets.* and group.* keys, actors/group/config.py).
     groups: GroupCoordinatorConfig = field(default_factory=GroupCoordinatorConfig)
@@ -236,6 +240,7 @@ class BrokerConfig:
             server=ServerConfig.from_properties(properties),
             client=ClientConfig.from_properties(_client_properties(properties)),
             lifecycle=BrokerLifecycleConfig.from_properties(properties),
+            auto_topics=AutoTopicCreationConfig.from_properties(properties),
             metrics_port=metrics_port(properties),
             groups=GroupCoordinatorConfig.from_properties(properties),
             transactions=TransactionConfig.from_properties(properties),
@@ -309,7 +314,14 @@ def property_defaults() -> dict[str, bool | int | float | str]:
     for key, name in _BROKER_LOG_FIELDS.items():
         defaults[key] = getattr(log_defaults, name)
     read_by_components = {}
-    for component in (fetcher, server, lifecycle, GroupCoordinatorConfig(), TransactionConfig()):
+    for component in (
+        fetcher,
+        server,
+        lifecycle,
+        AutoTopicCreationConfig(),
+        GroupCoordinatorConfig(),
+        TransactionConfig(),
+    ):
         read_by_components.update(defaults_by_property(component))
     client_defaults = defaults_by_property(client)
     read_by_components.update({key: client_defaults[key] for key in _CLIENT_KEYS})

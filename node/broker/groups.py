@@ -1,6 +1,11 @@
 """A broker's coordinators and FindCoordinator: the GroupCoordinator on `__consumer_offsets` and
 the TransactionCoordinator on `__transaction_state` (their APIs' handlers are in
-node/broker/apis.py, with every other API's).
+node/broker/apis.py, with every other API's, except DeleteGroups and OffsetDelete, whose
+handlers are here and which apis.py's table names).
+
+OffsetDelete answers a partition the cluster does not have UNKNOWN_TOPIC_OR_PARTITION without
+asking the coordinator, as Kafka's KafkaApis does; the group's own errors come from the
+coordinator either way.
 
 FindCoordinator answers with the leader of the key's partition of the coordinator's topic at the
 asking listener's address (so a Kafka client gets a Kafka-listener address). The first
@@ -21,6 +26,7 @@ from typing import Final
 from actors.group.coordinator import GroupCoordinator
 from actors.metadata_cache import MetadataSnapshot
 from actors.transactions.coordinator import TransactionCoordinator
+from runtime.net.dialect import RequestContext
 from wire.errors import ErrorCode
 from wire.group_records import OFFSETS_TOPIC
 from wire.messages import (
@@ -29,8 +35,15 @@ from wire.messages import (
     CreatableTopicConfig,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteRequestTopic,
+    OffsetDeleteResponse,
+    OffsetDeleteResponsePartition,
+    OffsetDeleteResponseTopic,
 )
 from wire.messages.groups import COORDINATOR_GROUP, COORDINATOR_TRANSACTION
 from wire.topic import TopicPartition
@@ -117,6 +130,53 @@ class BrokerGroups:
                     )
                 )
         return FindCoordinatorResponse(coordinators=answers)
+
+    async def delete_groups(
+        self, request: DeleteGroupsRequest, ctx: RequestContext
+    ) -> DeleteGroupsResponse:
+        return await self.coordinator.delete_groups(request)
+
+    async def offset_delete(
+        self, request: OffsetDeleteRequest, ctx: RequestContext
+    ) -> OffsetDeleteResponse:
+        metadata = self._metadata()
+        unknown: set[tuple[str, int]] = set()
+        known: list[OffsetDeleteRequestTopic] = []
+        for topic in request.topics:
+            present = []
+            for p in topic.partitions:
+                if metadata.contains(TopicPartition(topic.name, p.partition_index)):
+                    present.append(p)
+                else:
+                    unknown.add((topic.name, p.partition_index))
+            if present:
+                known.append(OffsetDeleteRequestTopic(name=topic.name, partitions=present))
+        answered = await self.coordinator.offset_delete(
+            OffsetDeleteRequest(group_id=request.group_id, topics=known)
+        )
+        if answered.error_code != ErrorCode.NONE or not unknown:
+            return answered
+        codes = {
+            (topic.name, p.partition_index): p.error_code
+            for topic in answered.topics
+            for p in topic.partitions
+        }
+        codes.update(dict.fromkeys(unknown, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+        return OffsetDeleteResponse(
+            topics=[
+                OffsetDeleteResponseTopic(
+                    name=topic.name,
+                    partitions=[
+                        OffsetDeleteResponsePartition(
+                            partition_index=p.partition_index,
+                            error_code=codes[(topic.name, p.partition_index)],
+                        )
+                        for p in topic.partitions
+                    ],
+                )
+                for topic in request.topics
+            ]
+        )
 
     def _offsets_topic(self, metadata: MetadataSnapshot) -> CreatableTopic:
         config = self.coordinator.config

@@ -10,6 +10,14 @@ in the manner of Kafka's KRaft `BrokerLifecycleManager` and of the ZooKeeper-era
   controller answers NONE, waiting an exponential backoff (100 ms doubling up to half of
   broker.session.timeout.ms, as Kafka) between attempts. The answer's broker epoch goes to the
   node (`on_registered`), which fences control requests meant for an older incarnation.
+* **Cluster id.** The registration names the cluster the broker belongs to (`cluster_id`: its
+  cluster.id, else its log dirs' meta.properties), or none on its first start. A broker of
+  another cluster is refused with INCONSISTENT_CLUSTER_ID: that needs an operator (the broker
+  was pointed at the wrong controller, or its log dir is another cluster's), so it does not
+  retry. It logs both ids and tells the node (`on_refused`), whose process exits 1, as Kafka
+  refuses to start a broker whose meta.properties names another cluster. A broker that named
+  none is told the controller's id in the answer and stores it (`on_cluster_id`, into its
+  meta.properties) before anything else happens.
 * **Heartbeats** every broker.heartbeat.interval.ms, counted from when the previous one was sent
   (a slow answer does not stretch the cadence), carrying the current broker epoch. An answer of
   STALE_BROKER_EPOCH or BROKER_ID_NOT_REGISTERED means the controller no longer knows this
@@ -89,8 +97,8 @@ _REGISTRATION_LOST: Final = frozenset(
 class BrokerLifecycleConfig:
     """The lifecycle's settings; each field is the snake_case form of the property beside it."""
 
-    # cluster.id: the cluster this broker belongs to, sent in its registration ("" = not set;
-    # Kafka reads it from meta.properties, ketch from the config).
+    # cluster.id: the cluster this broker belongs to ("" = not set: the log dirs'
+    # meta.properties say, else the controller, at the first registration).
     cluster_id: str = ""
     # broker.heartbeat.interval.ms
     broker_heartbeat_interval_ms: int = 2_000
@@ -155,12 +163,14 @@ class LifecycleState(enum.Enum):
     REGISTERING = "registering"  # no registration the controller holds (yet, or any more)
     REGISTERED = "registered"  # heartbeating with the epoch of the last registration
     SHUTTING_DOWN = "shutting-down"  # controlled shutdown begun; heartbeats go on, no re-register
+    REFUSED = "refused"  # the controller is of another cluster: nothing more is sent
     STOPPED = "stopped"
 
 
 _TRANSITIONS: Final[Mapping[tuple[LifecycleState, str], LifecycleState]] = {
     (LifecycleState.NEW, "start"): LifecycleState.REGISTERING,
     (LifecycleState.REGISTERING, "registered"): LifecycleState.REGISTERED,
+    (LifecycleState.REGISTERING, "refused"): LifecycleState.REFUSED,
     (LifecycleState.REGISTERED, "registration_lost"): LifecycleState.REGISTERING,
     (LifecycleState.REGISTERING, "shut_down"): LifecycleState.SHUTTING_DOWN,
     (LifecycleState.REGISTERED, "shut_down"): LifecycleState.SHUTTING_DOWN,
@@ -168,6 +178,7 @@ _TRANSITIONS: Final[Mapping[tuple[LifecycleState, str], LifecycleState]] = {
     (LifecycleState.REGISTERING, "stop"): LifecycleState.STOPPED,
     (LifecycleState.REGISTERED, "stop"): LifecycleState.STOPPED,
     (LifecycleState.SHUTTING_DOWN, "stop"): LifecycleState.STOPPED,
+    (LifecycleState.REFUSED, "stop"): LifecycleState.STOPPED,
 }
 
 
@@ -185,6 +196,13 @@ class _Heartbeat(enum.Enum):
 
 Listeners = Callable[[], Sequence[BrokerRegistrationListener]]
 OnRegistered = Callable[[int], Awaitable[None]]
+ClusterId = Callable[[], str | None]
+OnClusterId = Callable[[str], None]
+OnRefused = Callable[[str], None]
+
+
+def _ignore(_: str) -> None:
+    pass
 
 
 class BrokerLifecycle:
@@ -202,12 +220,18 @@ class BrokerLifecycle:
         on_registered: OnRegistered,
         log_dirs: Callable[[], Sequence[bytes]] = tuple,
         offline_log_dirs: Callable[[], Sequence[bytes]] = tuple,
+        cluster_id: ClusterId | None = None,
+        on_cluster_id: OnClusterId = _ignore,
+        on_refused: OnRefused = _ignore,
         incarnation_id: bytes | None = None,
         seed: int | None = None,
     ) -> None:
         """`log_dirs`: the ids of the broker's log directories, read at each registration (the
         dirs are opened before the lifecycle starts); `offline_log_dirs`: the ids of those that
-        failed since, read at each heartbeat (KRaft's OfflineLogDirs)."""
+        failed since, read at each heartbeat (KRaft's OfflineLogDirs). `cluster_id`: the cluster
+        the broker knows it belongs to, read at each registration (default: cluster.id);
+        `on_cluster_id` gets the controller's when it knew none, `on_refused` the reason when
+        the controller is of another cluster (module docstring)."""
         self.broker_id = broker_id
         self.config = config
         self._channel = channel
@@ -216,6 +240,9 @@ class BrokerLifecycle:
         self._on_registered = on_registered
         self._log_dirs = log_dirs
         self._offline_log_dirs = offline_log_dirs
+        self._cluster_id = cluster_id if cluster_id is not None else lambda: config.cluster_id
+        self._on_cluster_id = on_cluster_id
+        self._on_refused = on_refused
         # Random per process start: the controller tells a restarted broker (new incarnation)
         # from this process retrying its own registration (same incarnation).
         self.incarnation_id = incarnation_id if incarnation_id is not None else uuid.uuid4().bytes
@@ -275,6 +302,11 @@ class BrokerLifecycle:
     def registered(self) -> bool:
         return self.state is LifecycleState.REGISTERED
 
+    @property
+    def refused(self) -> bool:
+        """The controller is of another cluster: this broker sends it nothing more."""
+        return self.state is LifecycleState.REFUSED
+
     # -- background: register, then heartbeat -------------------------------------------------
 
     async def _run(self) -> None:
@@ -285,6 +317,8 @@ class BrokerLifecycle:
                 if await self._register_once():
                     failures = 0
                     continue  # the first heartbeat goes at once, as Kafka's
+                if self.refused:
+                    return
                 next_ns = self._clock.monotonic_ns() + self._backoff_ns(failures)
                 failures += 1
             elif self.state is LifecycleState.REGISTERED or (
@@ -315,9 +349,10 @@ class BrokerLifecycle:
         return round(self._backoff.delay_ms(failures, self._rng) * NS_PER_MS)
 
     async def _register_once(self) -> bool:
+        known = self._cluster_id() or ""
         request = BrokerRegistrationRequest(
             broker_id=self.broker_id,
-            cluster_id=self.config.cluster_id,
+            cluster_id=known,
             incarnation_id=self.incarnation_id,
             listeners=list(self._listeners()),
             previous_broker_epoch=self._previous_epoch,
@@ -332,16 +367,24 @@ class BrokerLifecycle:
         assert isinstance(response, BrokerRegistrationResponse), response
         if self.state is not LifecycleState.REGISTERING:
             return False  # shutdown began meanwhile: the answer no longer matters
+        if response.error is ErrorCode.INCONSISTENT_CLUSTER_ID or (
+            response.error is ErrorCode.NONE and known and response.cluster_id not in ("", known)
+        ):
+            self._refuse(known, response.cluster_id)
+            return False
         if response.error is not ErrorCode.NONE:
             # DUPLICATE_BROKER_REGISTRATION: the previous incarnation's session has not expired
-            # yet; it will. Anything else (authorization, cluster id) needs an operator, and
-            # retrying is how the broker notices the fix.
+            # yet; it will. Anything else (authorization) needs an operator, and retrying is how
+            # the broker notices the fix.
             log.warning(
                 "broker %d: registration refused with %s; retrying",
                 self.broker_id,
                 response.error.name,
             )
             return False
+        if not known and response.cluster_id:
+            log.info("broker %d: joining cluster %s", self.broker_id, response.cluster_id)
+            self._on_cluster_id(response.cluster_id)
         self._move("registered")
         self.broker_epoch = response.broker_epoch
         self._previous_epoch = response.broker_epoch
@@ -350,6 +393,17 @@ class BrokerLifecycle:
         log.info("broker %d registered with broker epoch %d", self.broker_id, self.broker_epoch)
         await self._on_registered(response.broker_epoch)
         return True
+
+    def _refuse(self, known: str, controllers: str) -> None:
+        self._move("refused")
+        reason = (
+            f"broker {self.broker_id} belongs to cluster {known or '(none)'} (its cluster.id or "
+            f"its log dirs' meta.properties), the controller to cluster "
+            f"{controllers or '(unknown)'}: "
+            "refusing to join another cluster (INCONSISTENT_CLUSTER_ID)"
+        )
+        log.critical("%s", reason)
+        self._on_refused(reason)
 
     async def _heartbeat_once(self) -> _Heartbeat:
         request = BrokerHeartbeatRequest(

@@ -18,6 +18,9 @@ It builds and wires the broker's parts and owns their lifetimes:
                             that drive a broker's control plane by hand
     ControllerForwarder     CreateTopics / DeleteTopics / DescribeCluster from clients, to the
                             controller over the control client (KIP-590)
+    AutoTopicCreationManager
+                            topics a client's Metadata asks for, created through the
+                            forwarder (auto.create.topics.enable, node/broker/auto_topics.py)
     ReplicaManager          the actor for LeaderAndIsr / StopReplica / UpdateMetadata; it is the
                             supervisor of the partition actors (a fatal log error, or one in
                             the LogManager's own I/O, takes its whole log dir offline, the
@@ -34,7 +37,7 @@ It builds and wires the broker's parts and owns their lifetimes:
     Server (kafka)          with a `kafka` entry in `listeners`: the Kafka wire protocol for
                             Kafka clients, on the same table (runtime/net/kafka_dialect.py),
                             each request held until the first UpdateMetadata
-                            (node/broker/serving_gate.py);
+                            and until the cluster id is known (node/broker/serving_gate.py);
                             no control-plane API is reachable
     BrokerMetrics           Prometheus metrics (runtime/metrics/), always collected in
                             memory; with metrics.port set, request latencies are observed and
@@ -81,6 +84,7 @@ from actors.replication.request_path import RequestPath
 from actors.transactions.coordinator import TransactionCoordinator
 from client.client import Client
 from node.broker.apis import BrokerApis
+from node.broker.auto_topics import AutoTopicCreationManager
 from node.broker.config import KAFKA_LISTENER, BrokerConfig
 from node.broker.describe_configs import TopicConfigSource
 from node.broker.forwarder import ControllerForwarder
@@ -167,11 +171,16 @@ class BrokerNode:
         self.broker_epoch = NO_BROKER_EPOCH
         self.loaded: list[LoadedDir] = []  # what LogManager.open reported (clean or recovered)
         self._log_task: asyncio.Task[None] | None = None
-        # Set when the broker cannot go on (every log dir failed); the process main waits on it
-        # and exits 1 (node/process.py), as Kafka halts a broker with no live log dir.
+        # Set when the broker cannot go on (every log dir failed, or the controller is of another
+        # cluster); the process main waits on it and exits 1 (node/process.py), as Kafka halts a
+        # broker with no live log dir and refuses one whose meta.properties names another cluster.
         self.failed = asyncio.Event()
-        # Holds Kafka-listener requests until the first UpdateMetadata (serving_gate.py).
+        # Holds Kafka-listener requests until the first UpdateMetadata is in and the cluster id
+        # is known (serving_gate.py): an answer without it crashes some clients (librdkafka's
+        # describe_cluster). Only a first start learns the id from the controller, at the
+        # registration its UpdateMetadata may overtake.
         self.metadata_gate = MetadataGate()
+        self._has_metadata = False
         # The build steps, in dependency order. Parts that need each other's lookups get lambdas
         # that read the attribute at call time, by which point every part exists.
         self._build_storage_and_metrics()
@@ -228,10 +237,16 @@ class BrokerNode:
                 on_registered=self.set_broker_epoch,
                 log_dirs=self.log_manager.directory_ids,
                 offline_log_dirs=self.log_manager.offline_directory_ids,
+                cluster_id=lambda: self.log_manager.cluster_id,
+                on_cluster_id=self._joined_cluster,
+                on_refused=lambda reason: self.failed.set(),
             )
         # Kafka bounds a forwarded request by the broker's request.timeout.ms.
         self.forwarder = ControllerForwarder(
             channel, clock, budget_ms=config.client.request_timeout_ms, seed=self.broker_id
+        )
+        self.auto_topics = AutoTopicCreationManager(
+            config.auto_topics, self.forwarder.create_topics
         )
         self.alter_partition = AlterPartitionManager(
             self.broker_id,
@@ -277,7 +292,7 @@ class BrokerNode:
             # No log dir left: the process must stop (exit 1, node/process.py).
             on_all_log_dirs_offline=self.failed.set,
             # Kafka clients are served once the controller's first metadata is in.
-            on_metadata_updated=self.metadata_gate.open,
+            on_metadata_updated=self._metadata_updated,
             clock=clock,
         )
         self.request_path = RequestPath(
@@ -351,10 +366,11 @@ class BrokerNode:
         replica_manager = self.replica_manager
         self.apis = BrokerApis(
             broker_id=self.broker_id,
-            cluster_id=config.lifecycle.cluster_id or None,
+            cluster_id=lambda: self.log_manager.cluster_id,
             replica_manager=replica_manager,
             request_path=self.request_path,
             forwarder=self.forwarder,
+            auto_topics=self.auto_topics,
             groups=self.groups,
             producer_ids=self.producer_ids,
             topic_configs=TopicConfigSource(
@@ -436,6 +452,22 @@ class BrokerNode:
                 BrokerRegistrationListener(name=name, host=advertised.host, port=advertised.port)
             )
         return listeners
+
+    def _joined_cluster(self, cluster_id: str) -> None:
+        """The controller named the cluster at this broker's first registration: it goes into
+        the log dirs' meta.properties, and the Kafka listener may serve."""
+        self.log_manager.store_cluster_id(cluster_id)
+        self._open_gate_when_ready()
+
+    def _metadata_updated(self) -> None:
+        self._has_metadata = True
+        self._open_gate_when_ready()
+
+    def _open_gate_when_ready(self) -> None:
+        # Without a lifecycle (tests playing the controller) nobody would tell the cluster id.
+        knows_cluster = self.lifecycle is None or self.log_manager.cluster_id is not None
+        if self._has_metadata and knows_cluster:
+            self.metadata_gate.open()
 
     def _offsets_partitions(self) -> int | None:
         return self._partition_count(OFFSETS_TOPIC)
@@ -522,6 +554,7 @@ class BrokerNode:
             await self.lifecycle.stop()
         await self._stop_metrics_server()
         await self._stop_servers()
+        await self.auto_topics.stop()
         await self.fetchers.shutdown()
         await self._stop_groups()
         await self.replica_manager.stop()  # partition actors stop; last HW checkpoint
@@ -548,6 +581,7 @@ class BrokerNode:
             await self.lifecycle.stop()
         await self._stop_metrics_server()
         await self._stop_servers()
+        await self.auto_topics.stop()
         await self.fetchers.shutdown()
         await self._stop_groups()
         await self.replica_manager.abort()

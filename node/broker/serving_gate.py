@@ -14,8 +14,13 @@ answer, never a wrong one. ApiVersions is answered by the dialect itself and is 
 The native listener is not gated: it carries the controller's own LeaderAndIsr and
 UpdateMetadata, and ketch's client retries an empty metadata answer.
 
-Owned by the broker node; `open()` is called from the ReplicaManager's metadata hook, on the
-event loop, and waiters are request tasks on that loop.
+The node opens it once the first UpdateMetadata is applied *and* the broker knows its cluster id
+(on a first start the controller names it at registration, whose answer the UpdateMetadata may
+overtake): a Metadata answer without a cluster id crashes librdkafka's describe_cluster.
+
+Owned by the broker node; `open()` is called from the node's hooks (the ReplicaManager's
+metadata hook, the lifecycle's cluster id), on the event loop, and waiters are request tasks on
+that loop.
 """
 
 from __future__ import annotations

@@ -157,7 +157,7 @@ class ControllerNode:
             return DescribeClusterResponse.error_response(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
         status = await self.status()
         return DescribeClusterResponse(
-            cluster_id=self.config.cluster_id or "",
+            cluster_id=status.cluster_id,
             controller_id=status.controller_id,
             controller_epoch=status.controller_epoch,
             brokers=[
@@ -190,9 +190,10 @@ class ControllerNode:
         if self.metrics_server is not None:
             await self.metrics_server.start()
         log.info(
-            "controller %d (epoch %d) serving at %s",
+            "controller %d (epoch %d) of cluster %s serving at %s",
             self.config.controller_id,
             self.actor.model.controller_epoch,
+            self.actor.model.cluster_id,
             self.server.address,
         )
 

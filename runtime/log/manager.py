@@ -6,7 +6,10 @@ Per log dir (layouts in `runtime.log.checkpoints`):
   start (`LogDirLockedError`; the lock and the loading of a dir are in runtime/log/dir_loader.py).
 * ``meta.properties`` — the dir's identity (`runtime.log.meta_properties`): the node it belongs to
   and a directory id, created when a broker first opens the dir (a manager built without a node
-  id, as the offline tools build one, only reads it). A dir of another node is refused.
+  id, as the offline tools build one, only reads it). A dir of another node is refused. Its
+  cluster id (`cluster_id`) is cluster.id when configured, else the one a dir names (every dir
+  must name the same, or none), else the one the controller tells the broker at registration,
+  which `store_cluster_id` writes into each dir.
 * ``.kafka_cleanshutdown`` — an empty marker written after every log of the dir was flushed and
   closed and its checkpoints written; present at startup means no recovery scan. It is removed
   once the dir's logs are loaded, so a crash from then on is seen as unclean.
@@ -57,6 +60,7 @@ between awaits only, so each call is atomic with respect to the log's owner, as 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import random
@@ -217,6 +221,40 @@ class LogManager:
                 "log dir %s: new directory id %s", directory, directory_id_text(meta.directory_id)
             )
         self._meta[directory] = meta
+        if self._cluster_id is None and meta.cluster_id is not None:
+            # The first dir naming a cluster decides; `ensure` holds the later ones to it.
+            self._cluster_id = meta.cluster_id
+
+    @property
+    def cluster_id(self) -> str | None:
+        """The cluster these dirs belong to (module docstring); None while none is known."""
+        return self._cluster_id
+
+    def store_cluster_id(self, cluster_id: str) -> None:
+        """The cluster the controller named: from now on `cluster_id`, and written into the
+        meta.properties of every live dir that lacks it. LogDirError when the dirs belong to
+        another cluster (the broker must not join it); an I/O error fails that dir alone."""
+        assert self._node_id is not None, "a reader owns no dir to write"
+        if self._cluster_id is not None and self._cluster_id != cluster_id:
+            raise LogDirError(
+                f"the log dirs belong to cluster {self._cluster_id}, not {cluster_id}"
+            )
+        self._cluster_id = cluster_id
+        for directory in self.live_log_dirs:
+            meta = self._meta.get(directory)
+            if meta is None or meta.cluster_id == cluster_id:
+                continue
+            try:
+                # Should the file have vanished, it is written again with the dir's same id.
+                self._meta[directory], _ = ensure(
+                    directory,
+                    node_id=meta.node_id,
+                    cluster_id=cluster_id,
+                    wall_ms=self._clock.wall_ms(),
+                    new_directory_id=functools.partial(bytes, meta.directory_id),
+                )
+            except OSError as error:
+                self.fail_dir(directory, error)
 
     def directory_ids(self) -> tuple[bytes, ...]:
         """The ids of the dirs whose meta.properties was read, in log.dirs order: what the

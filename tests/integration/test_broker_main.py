@@ -246,7 +246,7 @@ def test_unknown_property_names_are_reported_not_fatal(tmp_path: Path) -> None:
     data_dir = cluster_layout(tmp_path)
     config = tmp_path / "ketch.toml"
     # One file for the controller and the brokers: the controller's keys are no error here.
-    config.write_text('"num.partitions" = 3\n"replica.lag.time.max" = 10\n')
+    config.write_text('"metadata.snapshot.records" = 3\n"replica.lag.time.max" = 10\n')
     args = build_parser().parse_args(
         [
             "--id", "0", "--data-dir", str(data_dir), "--listen", "127.0.0.1:0",
@@ -255,7 +255,7 @@ def test_unknown_property_names_are_reported_not_fatal(tmp_path: Path) -> None:
     )  # fmt: skip
     settings = settings_from_args(args)
     assert settings.unknown == (
-        "unknown property 'num.partitions' (did you mean 'offsets.topic.num.partitions'?)",
+        "unknown property 'metadata.snapshot.records'",
         "unknown property 'replica.lag.time.max' (did you mean 'replica.lag.time.max.ms'?)",
     )
     assert settings.effective.source("replica.lag.time.max") is Source.FILE

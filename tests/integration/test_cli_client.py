@@ -394,7 +394,8 @@ def test_cluster_status_json_and_table(
     argv = ["cluster", "status", "--json", "--bootstrap", cluster.bootstrap]
     assert cli_status.main(argv) == 0
     status = json.loads(capsys.readouterr().out)
-    assert set(status) == {"controller", "brokers"}
+    assert set(status) == {"cluster_id", "controller", "brokers"}
+    assert len(status["cluster_id"]) == 22  # a Uuid in Kafka's text form
     assert status["controller"] == {
         "id": cluster.controller_id,
         "host": None,  # DescribeCluster does not carry it; no cluster.json given
@@ -434,6 +435,7 @@ def test_cluster_status_json_and_table(
     assert cli_status.main(["cluster", "status", "--bootstrap", cluster.bootstrap]) == 0
     table = capsys.readouterr().out
     assert f"Controller {cluster.controller_id}" in table
+    assert f"Cluster {status['cluster_id']}" in table
     assert table.count("running") == BROKERS
 
     missing = ["cluster", "status", "--bootstrap", cluster.bootstrap]

@@ -5,7 +5,11 @@ the tests drive through real clients or the codec tests encode), the native requ
 and the few places where Kafka's semantics need more than the field-by-field conversion of
 `wire.kafka.convert`:
 
-- Metadata v0 asks for every topic with an empty list (v1+ with null).
+- Metadata v0 asks for every topic with an empty list (v1+ with null); v0-3 allow auto topic
+  creation (the field comes with v4, and Kafka reads its absence as true).
+- DescribeCluster maps onto the native message: on the Kafka listener the broker answers it from
+  its own metadata, as Kafka's brokers do (node/broker/apis.py), listing the live brokers only
+  (v2's fenced brokers are not in a broker's metadata).
 - Fetch v13+ names topics by topic id (the native Fetch by name): ids are resolved through the
   broker's metadata (`TopicIds`) on the way in and back on the way out; an id the broker does not
   know is left out of the native fetch and answered UNKNOWN_TOPIC_ID for its partitions, as
@@ -27,10 +31,10 @@ and the few places where Kafka's semantics need more than the field-by-field con
   (KIP-890), which Kafka's brokers send each other to verify a transactional produce. v4 is mapped
   too; Kafka accepts it only from a principal with ClusterAction, which the handler can decide
   from `RequestContext.api_version` and `cluster_member` (the native request looks the same).
-- The Kafka responses of AddPartitionsToTxn v0-3, TxnOffsetCommit, DescribeProducers and
-  DescribeTransactions have no top-level error code: a native answer with one is answered on
-  each requested partition (transactional id) instead, as Kafka's `getErrorResponse` does, or
-  it would read as a success.
+- The Kafka responses of AddPartitionsToTxn v0-3, TxnOffsetCommit, DescribeProducers,
+  DescribeTransactions and DeleteGroups have no top-level error code: a native answer with one
+  is answered on each requested partition (transactional id, group) instead, as Kafka's
+  `getErrorResponse` does, or it would read as a success.
 - Error codes older clients do not know are answered as Kafka answers them: PRODUCER_FENCED as
   INVALID_PRODUCER_EPOCH before InitProducerId v4 and AddPartitionsToTxn, AddOffsetsToTxn and
   EndTxn v2; COORDINATOR_LOAD_IN_PROGRESS as COORDINATOR_NOT_AVAILABLE before TxnOffsetCommit v2.
@@ -65,7 +69,9 @@ from wire.messages import (
     AddPartitionsToTxnTransaction,
     ApiKey,
     CreateTopicsRequest,
+    DeleteGroupsRequest,
     DeleteTopicsRequest,
+    DescribeClusterRequest,
     DescribeConfigsRequest,
     DescribeGroupsRequest,
     DescribeProducersRequest,
@@ -89,6 +95,7 @@ from wire.messages import (
     MemberIdentity,
     MetadataRequest,
     OffsetCommitRequest,
+    OffsetDeleteRequest,
     OffsetFetchRequest,
     OffsetFetchResponse,
     OffsetFetchResponsePartition,
@@ -154,8 +161,13 @@ class KafkaApi:
 # -- per-API meaning -------------------------------------------------------------------------------
 
 
+METADATA_AUTO_CREATION_FLAG: Final = 4
+
+
 def _metadata_request(body: Any, version: int, topics: TopicIds) -> tuple[Request, object]:
-    request = to_native(body, MetadataRequest)
+    # Before v4 there is no allow_auto_topic_creation field, and Kafka reads them as allowing it.
+    implied = {"allow_auto_topic_creation": True} if version < METADATA_AUTO_CREATION_FLAG else {}
+    request = to_native(body, MetadataRequest, **implied)
     if version == 0 and not request.topics:
         return MetadataRequest(topics=None), None
     return request, None
@@ -450,6 +462,7 @@ APIS: Final[dict[int, KafkaApi]] = {
             response_hook=_recoded_before(4, _FENCED_AS_INVALID_EPOCH),
         ),
         KafkaApi(ApiKey.DESCRIBE_CONFIGS, 1, 4, DescribeConfigsRequest),
+        KafkaApi(ApiKey.DESCRIBE_CLUSTER, 0, 2, DescribeClusterRequest),
         KafkaApi(
             ApiKey.FIND_COORDINATOR,
             0,
@@ -480,6 +493,15 @@ APIS: Final[dict[int, KafkaApi]] = {
         ),
         KafkaApi(ApiKey.DESCRIBE_GROUPS, 0, 5, DescribeGroupsRequest),
         KafkaApi(ApiKey.LIST_GROUPS, 0, 4, ListGroupsRequest),
+        KafkaApi(
+            ApiKey.DELETE_GROUPS,
+            0,
+            2,
+            DeleteGroupsRequest,
+            request_hook=_kept_as_note(DeleteGroupsRequest),
+            response_hook=_errors_per_item,
+        ),
+        KafkaApi(ApiKey.OFFSET_DELETE, 0, 0, OffsetDeleteRequest),
         KafkaApi(
             ApiKey.ADD_PARTITIONS_TO_TXN,
             0,

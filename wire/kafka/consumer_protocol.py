@@ -2,8 +2,9 @@
 metadata) and its assignment (the SyncGroup answer), Kafka's ConsumerProtocolSubscription and
 ConsumerProtocolAssignment.
 
-The coordinator never looks inside them (only clients do); `ketch group describe` reads them to
-show what each member subscribes to and owns. A blob is an int16 version and that version's
+The coordinator looks inside a subscription only for OffsetDelete (a topic a member subscribes to
+keeps its offsets, actors/group/deletion.py); `ketch group describe` reads them to show what each
+member subscribes to and owns. A blob is an int16 version and that version's
 body, non-flexible, with kio's schemas. A version newer than kio's newest is read with the newest
 schema, as Kafka's clients do: later versions only append fields. A blob that does not parse
 (another protocol type, say `connect`) reads as None; nothing here raises on a client's bytes.

@@ -16,7 +16,8 @@ definitions live in modules by API group:
                 (the last cluster credential required)
 
     groups.py   OffsetCommit, OffsetFetch, FindCoordinator, JoinGroup, Heartbeat, LeaveGroup,
-                SyncGroup, DescribeGroups, ListGroups (served once the group coordinator exists)
+                SyncGroup, DescribeGroups, ListGroups, DeleteGroups, OffsetDelete (served once the
+                group coordinator exists)
 """
 
 from __future__ import annotations
@@ -135,6 +136,9 @@ from wire.messages.data import (
 from wire.messages.fields import UUID_BYTES, ZERO_UUID, FixedLen, Int8, Int16, Int32, IntRange, Uuid
 from wire.messages.groups import (
     Coordinator,
+    DeletableGroupResult,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
     DescribedGroup,
     DescribedGroupMember,
     DescribeGroupsRequest,
@@ -160,6 +164,12 @@ from wire.messages.groups import (
     OffsetCommitResponse,
     OffsetCommitResponsePartition,
     OffsetCommitResponseTopic,
+    OffsetDeleteRequest,
+    OffsetDeleteRequestPartition,
+    OffsetDeleteRequestTopic,
+    OffsetDeleteResponse,
+    OffsetDeleteResponsePartition,
+    OffsetDeleteResponseTopic,
     OffsetFetchRequest,
     OffsetFetchRequestTopic,
     OffsetFetchResponse,
@@ -264,7 +274,10 @@ __all__ = [
     "CreatableTopicResult",
     "CreateTopicsRequest",
     "CreateTopicsResponse",
+    "DeletableGroupResult",
     "DeletableTopicResult",
+    "DeleteGroupsRequest",
+    "DeleteGroupsResponse",
     "DeleteTopicsRequest",
     "DeleteTopicsResponse",
     "DescribeClusterBroker",
@@ -350,6 +363,12 @@ __all__ = [
     "OffsetCommitResponse",
     "OffsetCommitResponsePartition",
     "OffsetCommitResponseTopic",
+    "OffsetDeleteRequest",
+    "OffsetDeleteRequestPartition",
+    "OffsetDeleteRequestTopic",
+    "OffsetDeleteResponse",
+    "OffsetDeleteResponsePartition",
+    "OffsetDeleteResponseTopic",
     "OffsetFetchRequest",
     "OffsetFetchRequestTopic",
     "OffsetFetchResponse",

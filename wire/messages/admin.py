@@ -195,6 +195,9 @@ class DescribeClusterResponse(Response):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DescribeClusterRequest(Request):
+    """endpoint_type: Kafka's (KIP-919), 1 brokers, 2 controllers; a broker describes brokers."""
+
     API_KEY = ApiKey.DESCRIBE_CLUSTER
     API_VERSION = 0
     RESPONSE = DescribeClusterResponse
+    endpoint_type: Int8 = 1

@@ -304,15 +304,21 @@ class BrokerRegistrationListener:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BrokerRegistrationResponse(Response):
+    """cluster_id: the controller's cluster id (not in Kafka's response, whose brokers are
+    formatted with it beforehand): a broker that registered without one stores it in its log
+    dirs' meta.properties; with INCONSISTENT_CLUSTER_ID it says which cluster refused it."""
+
     API_KEY = ApiKey.BROKER_REGISTRATION
     API_VERSION = 0
     broker_epoch: int = -1
+    cluster_id: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BrokerRegistrationRequest(Request):
     """incarnation_id: random per broker process start, so the controller tells a restarted
-    broker from a retried registration of the same process."""
+    broker from a retried registration of the same process. cluster_id: the cluster the broker
+    belongs to; "" for a broker that knows none yet (it learns it from the answer)."""
 
     API_KEY = ApiKey.BROKER_REGISTRATION
     API_VERSION = 0

@@ -1,6 +1,6 @@
 """Consumer-group messages, version 0 of ketch's native protocol: OffsetCommit (8), OffsetFetch
 (9), FindCoordinator (10), JoinGroup (11), Heartbeat (12), LeaveGroup (13), SyncGroup (14),
-DescribeGroups (15), ListGroups (16).
+DescribeGroups (15), ListGroups (16), DeleteGroups (42), OffsetDelete (47).
 
 Field names are those of Kafka's JSON specs in snake_case, as of their newest versions (so the
 Kafka listener converts field by field; durations are `*_ms` integers). FindCoordinator has the
@@ -347,3 +347,80 @@ class ListGroupsRequest(Request):
     API_VERSION = 0
     RESPONSE = ListGroupsResponse
     states_filter: list[str] = field(default_factory=list)
+
+
+# -- DeleteGroups (42) -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeletableGroupResult:
+    group_id: str
+    error_code: Int16 = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteGroupsResponse(Response):
+    """One result per group named (Kafka's response has no top-level error: the Kafka listener
+    answers a request-level one on each group)."""
+
+    API_KEY = ApiKey.DELETE_GROUPS
+    API_VERSION = 0
+    results: list[DeletableGroupResult] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteGroupsRequest(Request):
+    """Only empty groups are deleted, with their committed offsets (Kafka's semantics)."""
+
+    API_KEY = ApiKey.DELETE_GROUPS
+    API_VERSION = 0
+    RESPONSE = DeleteGroupsResponse
+    groups_names: list[str]
+
+
+# -- OffsetDelete (47) -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OffsetDeleteRequestPartition:
+    partition_index: Int32
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OffsetDeleteRequestTopic:
+    name: str
+    partitions: list[OffsetDeleteRequestPartition]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OffsetDeleteResponsePartition:
+    partition_index: Int32
+    error_code: Int16 = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OffsetDeleteResponseTopic:
+    name: str
+    partitions: list[OffsetDeleteResponsePartition]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OffsetDeleteResponse(Response):
+    """error_code: the group's (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, NOT_COORDINATOR, ...);
+    each partition's: GROUP_SUBSCRIBED_TO_TOPIC when a member consumes its topic."""
+
+    API_KEY = ApiKey.OFFSET_DELETE
+    API_VERSION = 0
+    topics: list[OffsetDeleteResponseTopic] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OffsetDeleteRequest(Request):
+    """The group's committed offsets of these partitions are deleted, unless one of its
+    members subscribes to the partition's topic."""
+
+    API_KEY = ApiKey.OFFSET_DELETE
+    API_VERSION = 0
+    RESPONSE = OffsetDeleteResponse
+    group_id: str
+    topics: list[OffsetDeleteRequestTopic]

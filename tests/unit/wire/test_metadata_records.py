@@ -10,6 +10,7 @@ import pytest
 from tests.unit.wire.metadata_helpers import through_msgpack
 from wire.metadata_records import (
     RECORD_TYPES,
+    ClusterIdRecord,
     ControllerEpochRecord,
     Endpoint,
     FenceBrokerRecord,
@@ -30,6 +31,7 @@ AUDIT = bytes(range(17, 33))
 
 SAMPLES: list[Record] = [
     ControllerEpochRecord(3),
+    ClusterIdRecord("MkU3OEVBNTcwNTJENDM2Qg"),
     RegisterBrokerRecord(1, b"\x01" * 16, 7, (Endpoint("native", "h", 9093),), "rack-a"),
     RegisterBrokerRecord(2, b"\x02" * 16, 8, (), None, fenced=False),
     FenceBrokerRecord(1, 7),

@@ -134,8 +134,14 @@ class ControllerHarness:
     # -- brokers -----------------------------------------------------------------------------
 
     async def register(
-        self, broker_id: int, *, new_process: bool = True, log_dirs: Sequence[bytes] = ()
+        self,
+        broker_id: int,
+        *,
+        new_process: bool = True,
+        log_dirs: Sequence[bytes] = (),
+        cluster_id: str = "",
     ) -> ErrorCode:
+        """Register `broker_id` (of cluster `cluster_id`; "" for a broker that knows none)."""
         if new_process or broker_id not in self.incarnations:
             self.incarnations[broker_id] = uuid.UUID(
                 int=self._rng.getrandbits(128), version=4
@@ -144,7 +150,7 @@ class ControllerHarness:
             RegisterBroker(
                 BrokerRegistrationRequest(
                     broker_id=broker_id,
-                    cluster_id="test",
+                    cluster_id=cluster_id,
                     incarnation_id=self.incarnations[broker_id],
                     listeners=[
                         BrokerRegistrationListener(

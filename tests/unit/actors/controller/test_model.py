@@ -14,11 +14,13 @@ from actors.controller.election import assign_replicas
 from actors.controller.model import (
     ControllerModel,
     is_valid_topic_id,
+    new_cluster_id,
 )
 from tests.unit.wire.metadata_helpers import through_msgpack
 from wire.errors import ErrorCode
 from wire.metadata_records import (
     RECORD_TYPES,
+    ClusterIdRecord,
     ControllerEpochRecord,
     Endpoint,
     FenceBrokerRecord,
@@ -31,7 +33,7 @@ from wire.metadata_records import (
     TopicRecord,
     UnfenceBrokerRecord,
 )
-from wire.topic import TopicPartition
+from wire.topic import TopicPartition, parse_uuid_text
 
 ORDERS = bytes(range(1, 17))
 AUDIT = bytes(range(17, 33))
@@ -203,6 +205,34 @@ def test_epochs_never_go_back() -> None:
     assert model.controller_epoch == 4
 
 
+def test_the_cluster_id_is_written_once_and_kept_by_snapshots() -> None:
+    model = cluster()
+    assert replay(model.snapshot()).cluster_id is None
+    model.apply(ClusterIdRecord("first"))
+    model.apply(ClusterIdRecord("first"))  # the same id again changes nothing
+    assert model.cluster_id == "first"
+    with pytest.raises(AssertionError):
+        model.apply(ClusterIdRecord("second"))
+    assert model.cluster_id == "first"
+    snapshot = model.snapshot()
+    assert snapshot[0] == ClusterIdRecord("first")
+    assert replay([through_msgpack(r) for r in snapshot]).cluster_id == "first"
+
+
+def test_new_cluster_ids_are_kafka_uuid_texts() -> None:
+    seed = 11
+    rng = random.Random(seed)
+    ids = [new_cluster_id(rng) for _ in range(2_000)]
+    assert len(set(ids)) == len(ids), f"seed={seed}"
+    for text in ids:
+        assert len(text) == 22, text
+        assert not text.startswith("-"), f"seed={seed}: {text} reads as a flag"
+        raw = parse_uuid_text(text)
+        assert raw[6] >> 4 == 4, f"seed={seed}: {text} is not a version-4 UUID"
+    assert new_cluster_id(random.Random(seed)) == ids[0], "the same seed, the same id"
+    assert new_cluster_id() != new_cluster_id()
+
+
 def test_new_topic_ids_are_fresh_uuid4_bytes() -> None:
     model = cluster()
     rng = random.Random(7)
@@ -225,9 +255,12 @@ def random_record(model: ControllerModel, rng: random.Random) -> Record | None:
     brokers = model.brokers()
     topics = model.topics()
     kinds = ["epoch", "register", "fence", "unfence", "topic", "queue", "remove", "producer_ids"]
-    kind = rng.choice([*kinds, "change", "change", "change"])
+    kind = rng.choice([*kinds, "cluster_id", "change", "change", "change"])
     if kind == "epoch":
         return ControllerEpochRecord(model.controller_epoch + rng.randint(0, 2))
+    if kind == "cluster_id":
+        # Written once; a repeat of the same id is harmless, another id a bug (asserted).
+        return ClusterIdRecord(model.cluster_id or new_cluster_id(rng))
     if kind == "register":
         endpoints = tuple(
             Endpoint(

@@ -71,6 +71,7 @@ class FakeController:
     shutdowns: list[tuple[int, int]] = field(default_factory=list)  # (time ms, epoch)
     forwarded: list[tuple[bool, object]] = field(default_factory=list)  # (cluster member, req)
     refuse_registration: ErrorCode | None = None
+    cluster_id: str = ""  # the id its registration answers carry ("": none, as before)
     shutdown_answers: list[ControlledShutdownResponse] = field(default_factory=list)
     hold_registration: asyncio.Event | None = None
     epoch: int = FIRST_EPOCH - 1  # the epoch the broker holds, as this controller knows it
@@ -110,9 +111,11 @@ class FakeController:
         if self.hold_registration is not None:
             await self.hold_registration.wait()
         if self.refuse_registration is not None:
-            return BrokerRegistrationResponse.error_response(self.refuse_registration)
+            return BrokerRegistrationResponse(
+                error_code=self.refuse_registration, cluster_id=self.cluster_id
+            )
         self.epoch = FIRST_EPOCH + len(self.registrations) - 1
-        return BrokerRegistrationResponse(broker_epoch=self.epoch)
+        return BrokerRegistrationResponse(broker_epoch=self.epoch, cluster_id=self.cluster_id)
 
     async def _heartbeat(
         self, request: BrokerHeartbeatRequest, ctx: RequestContext

@@ -78,7 +78,7 @@ class Rig:
                 CONTROLLER,
                 BrokerRegistrationRequest(
                     broker_id=0,
-                    cluster_id="test",
+                    cluster_id="",
                     incarnation_id=uuid.UUID(int=SEED, version=4).bytes,
                     listeners=[BrokerRegistrationListener(name="native", host="b0", port=9092)],
                 ),
