@@ -102,6 +102,7 @@ from runtime.metrics.broker import BrokerMetrics
 from runtime.metrics.endpoint import MetricsHttpServer
 from runtime.metrics.registry import METRICS_DISABLED
 from runtime.net.kafka_dialect import KafkaProtocol
+from runtime.net.request_pool import RequestMemoryPool
 from runtime.net.server import Server
 from runtime.net.transport import Address, Transport
 from wire.errors import ErrorCode
@@ -383,6 +384,8 @@ class BrokerNode:
         handlers = self.apis.table()
         # Latency is the one per-request metric; a node without an endpoint skips it.
         observer = None if self.metrics_server is None else self.metrics.requests.observe
+        # One queued.max.request.bytes for both listeners, as Kafka's pool is per broker.
+        request_pool = RequestMemoryPool(config.server.queued_max_request_bytes)
         self.server = Server(
             self._transport,
             config.listen_address,
@@ -392,6 +395,7 @@ class BrokerNode:
             cluster_secret=self._secret,
             request_observer=observer,
             listener=config.listener_name,
+            request_pool=request_pool,
         )
         self.kafka_server: Server | None = None
         if config.kafka_listen_address is not None:
@@ -405,6 +409,7 @@ class BrokerNode:
                 request_observer=observer,
                 dialect=kafka.dialect,
                 listener=KAFKA_LISTENER,
+                request_pool=request_pool,
             )
 
     # -- wiring ---------------------------------------------------------------------------------
