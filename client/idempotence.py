@@ -16,9 +16,10 @@ next sequence, starting at 0 and wrapping to 0 after 2^31-1 as the broker counts
 its base sequence when it is first drained (`set_producer_state`) and keeps its id, epoch and
 sequence on every retry, so a resend is byte-identical and the broker answers a duplicate with
 the original offsets. A partition whose entry belongs to an older epoch is restarted at 0 under
-the current one when its next batch is drained; that is safe because the producer keeps one
-batch per partition in flight and retries it before any later one (accumulator.py), so no
-earlier sequence of the partition is still unresolved then.
+the current one when its next batch is drained; that is safe because a partition has more than
+one batch in flight only once a batch of it was acknowledged under the current epoch, and a
+retried batch goes alone, oldest first (client/sender.py, "In flight"), so no earlier sequence
+of the partition is still unresolved then.
 
 Epoch bump (KIP-360). OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID for a partition's
 head batch means the broker's idea of the sequence differs from ours (a batch that failed or

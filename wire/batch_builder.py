@@ -1,8 +1,19 @@
-"""Building v2 batches (`build_batch`, `build_records_batch`) — sans-IO.
+"""Building v2 batches (`build_batch`, `build_records_batch`, `build_producer_batch`) — sans-IO.
 
 The layouts are in :mod:`wire.records`' docstring; a built batch passes
 :func:`~wire.records.validate_batch`. Arguments outside a field's range raise ``ValueError``
-naming the field, before anything is encoded. Pure functions: no shared state.
+naming the field, before anything is encoded. Pure functions: no shared state (the varint
+table below is built once at import and only read).
+
+`build_producer_batch` is the producer's hot path, so it does the least Python work per record:
+one pass over the records appends each one's bytes to the bytearray that already holds room for
+the 61-byte batch header; the header is then packed in place and the CRC32C (the `crc32c`
+package, C) is computed once over the whole CRC-covered range. Every varint a record needs (its
+length, timestamp delta, offset delta, key and value lengths) comes from `_ZIGZAG`, the
+precomputed zigzag encodings of 0 .. 16383, so a record up to 16 KiB in a batch of up to 16384
+records costs a few table lookups and one `b"".join`; larger values take `zigzag_varint`'s loop.
+`build_batch` (every other caller: tests, compaction, the coordinators) encodes each record with
+the same `_record_bytes`.
 """
 
 from __future__ import annotations
@@ -37,17 +48,51 @@ from wire.varint import (
     INT32_MIN,
     INT64_MAX,
     INT64_MIN,
-    write_varint,
     write_varlong,
 )
 
-__all__ = ["Headers", "KeyValue", "RecordLike", "build_batch", "build_records_batch"]
+__all__ = [
+    "Headers",
+    "KeyValue",
+    "RecordLike",
+    "build_batch",
+    "build_producer_batch",
+    "build_records_batch",
+    "zigzag_varint",
+]
 
 # Everything after the CRC, as written by the builder (the CRC is computed over these bytes).
 _HEADER_TAIL: Final = struct.Struct(">hiqqqhii")
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc: the bytes before the CRC-covered part.
 _PREFIX: Final = struct.Struct(">qiibI")
 assert _PREFIX.size == ATTRIBUTES_OFFSET
+_HEADER_BYTES: Final = ATTRIBUTES_OFFSET + _HEADER_TAIL.size
+assert _HEADER_BYTES == 61
+
+
+def _unsigned_varint(raw: int) -> bytes:
+    out = bytearray()
+    while raw > 0x7F:
+        out.append((raw & 0x7F) | 0x80)
+        raw >>= 7
+    out.append(raw)
+    return bytes(out)
+
+
+# Zigzag varints of the non-negative values below _SMALL (zigzag: value << 1), built once.
+_SMALL: Final = 1 << 14
+_ZIGZAG: Final[tuple[bytes, ...]] = tuple(_unsigned_varint(v << 1) for v in range(_SMALL))
+_NULL: Final = b"\x01"  # varint -1: a null key or value
+_ZERO: Final = b"\x00"  # the record's unused attributes byte, or a count of 0 headers
+
+
+def zigzag_varint(value: int) -> bytes:
+    """`value` (an int64) as a zigzag varint: from the table when 0 <= value < 16384."""
+    if 0 <= value < _SMALL:
+        return _ZIGZAG[value]
+    out = bytearray()
+    write_varlong(value, out)
+    return bytes(out)
 
 
 class RecordLike(Protocol):
@@ -72,35 +117,36 @@ def _check_range(name: str, value: int, low: int, high: int) -> None:
         raise ValueError(f"{name} {value} outside [{low}, {high}]")
 
 
-def _write_nullable(data: bytes | None, out: bytearray) -> None:
+def _nullable(data: bytes | None) -> bytes:
+    """A key, value or header value with its varint length (-1 for null)."""
     if data is None:
-        write_varint(-1, out)
-    else:
-        write_varint(len(data), out)
-        out += data
+        return _NULL
+    return zigzag_varint(len(data)) + data
 
 
-def _encode_record(
-    out: bytearray,
-    body: bytearray,
+def _record_bytes(
     timestamp_delta: int,
     offset_delta: int,
     key: bytes | None,
     value: bytes | None,
     headers: Headers,
-) -> None:
-    body.clear()
-    body.append(0)  # record attributes: unused in magic 2
-    write_varlong(timestamp_delta, body)
-    write_varint(offset_delta, body)
-    _write_nullable(key, body)
-    _write_nullable(value, body)
-    write_varint(len(headers), body)
+) -> bytes:
+    """One record, its length varint first (layout in wire/records.py)."""
+    if not INT32_MIN <= offset_delta <= INT32_MAX:
+        raise ValueError(f"varint value {offset_delta} outside int32 range")
+    parts = [
+        _ZERO,  # record attributes: unused in magic 2
+        zigzag_varint(timestamp_delta),
+        zigzag_varint(offset_delta),
+        _nullable(key),
+        _nullable(value),
+        zigzag_varint(len(headers)),
+    ]
     for header_key, header_value in headers:
-        _write_nullable(header_key.encode("utf-8"), body)
-        _write_nullable(header_value, body)
-    write_varint(len(body), out)
-    out += body
+        parts.append(_nullable(header_key.encode("utf-8")))
+        parts.append(_nullable(header_value))
+    body = b"".join(parts)
+    return zigzag_varint(len(body)) + body
 
 
 def _attributes(
@@ -206,11 +252,10 @@ def build_batch(
     _check_range("producer id", producer_id, INT64_MIN, INT64_MAX)
 
     payload = bytearray()
-    body = bytearray()
     for (key, value), stamp, record_headers, delta in zip(
         pairs, stamps, all_headers, deltas, strict=True
     ):
-        _encode_record(payload, body, stamp - base_ts, delta, key, value, record_headers)
+        payload += _record_bytes(stamp - base_ts, delta, key, value, record_headers)
     codec = CompressionType(compression)
     records_bytes: bytes | bytearray = payload
     if codec is not CompressionType.NONE:
@@ -276,3 +321,94 @@ def build_records_batch(
         base_timestamp=base_timestamp,
         max_timestamp=max_timestamp,
     )
+
+
+def build_producer_batch(
+    keys: Sequence[bytes | None],
+    values: Sequence[bytes | None],
+    timestamps: Sequence[int],
+    headers: Sequence[Headers],
+    *,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    is_transactional: bool = False,
+    compression: CompressionType = CompressionType.NONE,
+    compression_level: int | None = None,
+) -> bytes:
+    """Encode a producer's batch in one pass: record i is (`keys[i]`, `values[i]`,
+    `timestamps[i]`, `headers[i]`) at offset delta i, with create-time timestamps (the batch's
+    base timestamp is the first record's); one record at least.
+
+    Byte for byte what `build_batch` writes for the same records (the module docstring says
+    how it is faster). Bad arguments raise ``ValueError``, as `build_batch`'s do.
+    """
+    count = len(values)
+    if count == 0:
+        raise ValueError("a producer batch holds at least one record")
+    if not len(keys) == len(timestamps) == len(headers) == count:
+        raise ValueError(
+            f"{len(keys)} keys, {count} values, {len(timestamps)} timestamps and "
+            f"{len(headers)} header lists"
+        )
+    _check_range("last offset delta", count - 1, 0, INT32_MAX)
+    _check_range("producer epoch", producer_epoch, INT16_MIN, INT16_MAX)
+    _check_range("base sequence", base_sequence, INT32_MIN, INT32_MAX)
+    _check_range("producer id", producer_id, INT64_MIN, INT64_MAX)
+    base_ts = max_ts = timestamps[0]
+    _check_range("base timestamp", base_ts, INT64_MIN, INT64_MAX)
+    out = bytearray(_HEADER_BYTES)
+    table = _ZIGZAG
+    small = _SMALL
+    join = b"".join
+    for index, (key, value, stamp, record_headers) in enumerate(
+        zip(keys, values, timestamps, headers, strict=True)
+    ):
+        if stamp > max_ts:
+            max_ts = stamp
+        if record_headers or value is None or stamp < base_ts:
+            # Off the common path (headers, a null value, an earlier timestamp).
+            out += _record_bytes(stamp - base_ts, index, key, value, record_headers)
+            continue
+        delta = stamp - base_ts
+        stamp_varint = table[delta] if delta < small else zigzag_varint(delta)
+        index_varint = table[index] if index < small else zigzag_varint(index)
+        key_part = _NULL if key is None else _nullable(key)
+        size = len(value)
+        size_varint = table[size] if size < small else zigzag_varint(size)
+        length = 2 + len(stamp_varint) + len(index_varint) + len(key_part) + len(size_varint) + size
+        out += join(
+            (
+                table[length] if length < small else zigzag_varint(length),
+                _ZERO,
+                stamp_varint,
+                index_varint,
+                key_part,
+                size_varint,
+                value,
+                _ZERO,
+            )
+        )
+    _check_range("max timestamp", max_ts, INT64_MIN, INT64_MAX)
+    codec = CompressionType(compression)
+    if codec is not CompressionType.NONE:
+        compressed = _codec.compress(codec, bytes(out[_HEADER_BYTES:]), compression_level)
+        out = bytearray(_HEADER_BYTES) + compressed
+    batch_length = len(out) - LOG_OVERHEAD
+    _check_range("batch length", batch_length, MIN_BATCH_LENGTH, INT32_MAX)
+    _HEADER_TAIL.pack_into(
+        out,
+        ATTRIBUTES_OFFSET,
+        _attributes(codec, 0, is_transactional, False),
+        count - 1,
+        base_ts,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        count,
+    )
+    with memoryview(out) as view:
+        crc = crc32c(view[ATTRIBUTES_OFFSET:])
+    _PREFIX.pack_into(out, 0, 0, batch_length, -1, MAGIC_V2, crc)
+    return bytes(out)

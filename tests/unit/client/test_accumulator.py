@@ -1,4 +1,5 @@
-"""The record accumulator: batching by size and linger, muting, retries at the front, expiry."""
+"""The record accumulator: batching by size and linger, muting, retries at the front, expiry,
+several batches of a partition in flight."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 from client.accumulator import (
     BATCH_HEADER_BYTES,
     PendingRecord,
+    ProducerBatch,
     RecordAccumulator,
     RecordMetadata,
     estimate_record_bytes,
@@ -127,3 +129,118 @@ async def test_complete_and_fail_resolve_every_future() -> None:
 async def test_rejects_bad_settings() -> None:
     with pytest.raises(ValueError, match="batch_size"):
         RecordAccumulator(batch_size=0, linger_ms=0, delivery_timeout_ms=1)
+
+
+# -- several batches of a partition in flight ------------------------------------------------------
+
+
+def windowed(max_in_flight: int = 3) -> RecordAccumulator:
+    # batch.size 10: every record gets a batch of its own.
+    return RecordAccumulator(
+        batch_size=10, linger_ms=0, delivery_timeout_ms=500, max_in_flight=max_in_flight
+    )
+
+
+async def test_up_to_max_in_flight_batches_of_a_partition_are_drained() -> None:
+    acc = windowed(3)
+    for _ in range(5):
+        acc.append(TP, record(), now_ms=0)
+    drained = [acc.drain([TP]) for _ in range(4)]
+    assert [len(d) for d in drained] == [1, 1, 1, 0]
+    assert acc.ready(0) == ([], None)  # the window is full: an answer wakes the sender
+    first = drained[0][0]
+    acc.settled(first)
+    assert acc.ready(0) == ([TP], None)
+    assert list(acc.in_flight(TP)) == [drained[1][0], drained[2][0]]
+
+
+async def test_a_retry_goes_back_by_creation_order_and_only_alone() -> None:
+    acc = windowed(3)
+    for _ in range(4):
+        acc.append(TP, record(), now_ms=0)
+    a, b, c = (acc.drain([TP])[0] for _ in range(3))
+    # Answers in any order: each goes back ahead of the batches created after it.
+    acc.reenqueue(b, retry_at_ms=0)
+    acc.reenqueue(a, retry_at_ms=0)
+    queued = acc.queued_batches(TP)
+    assert [queued[0], queued[1]] == [a, b]
+    assert acc.has_earlier_unresolved(c)
+    assert not acc.has_earlier_unresolved(a)
+    # `a` is a retry: it waits until nothing else of the partition is in flight.
+    assert acc.ready(0) == ([], None)
+    assert acc.drain([TP]) == []
+    acc.settled(c)
+    assert acc.ready(0) == ([TP], None)
+    assert acc.drain([TP]) == [a]
+    assert acc.drain([TP]) == []  # `b` is a retry too: after `a`
+    assert acc.queued_resends(TP) == [b]
+    acc.settled(a)
+    assert acc.drain([TP]) == [b]
+    assert acc.queued_resends(TP) == []
+
+
+async def test_only_a_first_queued_batch_never_sent_is_popped_as_unsent() -> None:
+    acc = windowed(3)
+    acc.append(TP, record(), now_ms=0)
+    acc.append(TP, record(), now_ms=0)
+    sent = acc.drain([TP])[0]
+    sent.set_producer_state(1, 0, 0)
+    assert acc.pop_unsent(TP) is None  # something of TP is in flight
+    acc.reenqueue(sent, retry_at_ms=0)
+    assert acc.pop_unsent(TP) is None  # the first holds a sequence
+    acc.drain([TP])
+    acc.settled(sent)
+    unsent = acc.pop_unsent(TP)
+    assert unsent is not None
+    assert not unsent.has_sequence
+    assert acc.pop_unsent(TP) is None
+
+
+async def test_append_tells_whether_it_started_or_filled_a_batch() -> None:
+    size = estimate_record_bytes(None, bytes(100), ())
+    acc = accumulator(batch_size=BATCH_HEADER_BYTES + 2 * size)
+    acc.append(TP, record(bytes(100)), now_ms=0)
+    assert (acc.started, acc.filled) == (True, False)
+    acc.append(TP, record(bytes(100)), now_ms=0)
+    assert (acc.started, acc.filled) == (False, True)  # exactly full
+    acc.append(TP, record(bytes(100)), now_ms=0)
+    assert (acc.started, acc.filled) == (True, False)
+    acc.append(TP, record(bytes(200)), now_ms=0)  # does not fit: closes the second batch
+    assert (acc.started, acc.filled) == (True, True)
+
+
+async def test_a_batch_gives_its_bytes_back_once_done() -> None:
+    released: list[int] = []
+    acc = RecordAccumulator(
+        batch_size=1000,
+        linger_ms=0,
+        delivery_timeout_ms=500,
+        on_batch_done=lambda batch: released.append(batch.records_bytes),
+    )
+    acc.append(TP, record(bytes(10)), now_ms=0)
+    acc.append(TP, record(bytes(20)), now_ms=0)
+    (batch,) = acc.drain([TP])
+    batch.complete(base_offset=0)
+    batch.fail(RuntimeError("late"))  # already done: no second release
+    assert released == [
+        estimate_record_bytes(None, bytes(10), ()) + estimate_record_bytes(None, bytes(20), ())
+    ]
+
+
+async def test_a_batch_reads_back_its_records_and_columns() -> None:
+    records = [record(b"a"), record(b"b"), record(b"c")]
+    batch = ProducerBatch(TP, created_ms=0, records=records)
+    assert len(batch) == 3
+    assert list(batch.records) == records
+    assert batch.records[-1] == records[2]
+    assert list(batch.records[1:]) == records[1:]
+    keys, values, timestamps, headers = batch.columns()
+    assert (keys, values, timestamps, headers) == (
+        [None] * 3,
+        [b"a", b"b", b"c"],
+        [0] * 3,
+        [()] * 3,
+    )
+    assert batch.futures() == [r.future for r in records]
+    with pytest.raises(IndexError):
+        batch.records[3]

@@ -326,9 +326,16 @@ async def test_a_rejected_batch_restarts_the_partition_under_a_new_epoch(
 async def test_fencing_fails_every_pending_send(
     cluster: ScriptedCluster, clock: ManualClock, code: ErrorCode
 ) -> None:
-    # Both partitions on broker 0, so their first batches travel in one request.
+    # Both partitions on broker 0, so their first batches travel in one request. One request
+    # in flight per connection, so the later batches are still queued when the fenced answer
+    # comes (test_fencing_settles_batches_in_flight_by_their_answers has more in flight).
     cluster.create_topic("u", [0, 0])
-    producer = make_producer(cluster, linger_ms=0, batch_size=100)
+    client = cluster.client(
+        config=ClientConfig(retry_backoff_ms=100, max_in_flight_requests_per_connection=1),
+        seed=SEED,
+    )
+    config = ProducerConfig(linger_ms=0, batch_size=100)
+    producer = Producer(client, config=config, owns_client=True)
     first = await producer.send("u", None, bytes(50), partition=0)
     await settle()
     assert first.done()
@@ -373,7 +380,9 @@ async def test_a_non_idempotent_producer_sends_no_producer_id(
 # -- lossy network ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+# Seeds whose runs lose an answer (the last assertion); seed 3's no longer does since batches
+# are pipelined (the same drops hit other chunks).
+@pytest.mark.parametrize("seed", [1, 2, 4, 5])
 async def test_no_record_is_logged_twice_over_a_lossy_network(seed: int) -> None:
     """Answers lost with their connections make the producer resend batches the brokers already
     appended; with sequences checked each record is in the log at most once, acknowledged ones

@@ -1,14 +1,23 @@
 """wire.batch_builder: what `build_batch` and `build_records_batch` write reads back as given
 (keys, values, headers, timestamps, offsets with their gaps, every codec, the empty batch), and
-inconsistent arguments are refused before anything is encoded."""
+inconsistent arguments are refused before anything is encoded; `build_producer_batch` writes the
+same bytes as `build_batch`."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from wire.batch_builder import build_batch, build_records_batch
+from wire.batch_builder import (
+    build_batch,
+    build_producer_batch,
+    build_records_batch,
+    zigzag_varint,
+)
 from wire.record_reader import iter_records
 from wire.records import CompressionType, Record, read_header, validate_batch
+from wire.varint import write_varlong
 
 # ---------------------------------------------------------------------------- records
 
@@ -95,3 +104,74 @@ def test_builder_rejects_inconsistent_arguments() -> None:
         build_batch([Record(0, 0, None, None)], headers=[[]])
     with pytest.raises(ValueError, match="explicit base_offset"):
         build_records_batch([])
+
+
+# ---------------------------------------------------------------------------- producer batches
+
+
+def test_producer_batch_is_byte_for_byte_build_batch() -> None:
+    """Seeded random records (null and empty keys and values, headers, values past the varint
+    table, timestamps before the first): the producer's one-pass builder writes what the
+    general one writes. The seed is in the assertion message."""
+    seed = 2121
+    rng = random.Random(seed)
+    for trial in range(200):
+        count = rng.randint(1, 40)
+        keys = [rng.choice([None, b"", b"k" * rng.randint(1, 300)]) for _ in range(count)]
+        values = [rng.choice([None, b"", b"v" * rng.randint(1, 20_000)]) for _ in range(count)]
+        stamps = [rng.choice([1_000, 1_000 + rng.randint(-50, 40_000), -1]) for _ in range(count)]
+        headers: list[list[tuple[str, bytes | None]]] = [
+            rng.choice([[], [("h", b"x")], [("a", None), ("ключ", b"")]]) for _ in range(count)
+        ]
+        producer_id = rng.choice([-1, 7, 1 << 40])
+        epoch = rng.choice([-1, 0, 3])
+        sequence = rng.choice([-1, 0, (1 << 31) - 1])
+        transactional = rng.random() < 0.3
+        built = build_producer_batch(
+            keys,
+            values,
+            stamps,
+            headers,
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            base_sequence=sequence,
+            is_transactional=transactional,
+        )
+        expected = build_batch(
+            list(zip(keys, values, strict=True)),
+            timestamps=stamps,
+            headers=headers,
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            base_sequence=sequence,
+            is_transactional=transactional,
+        )
+        assert built == expected, f"seed={seed} trial={trial}"
+
+
+@pytest.mark.parametrize("codec", list(CompressionType))
+def test_producer_batch_compresses_and_reads_back(codec: CompressionType) -> None:
+    values = [bytes([i % 251]) * (i * 37 % 3000) for i in range(300)]  # offsets past 255
+    batch = build_producer_batch(
+        [None] * 300, values, [5_000 + i for i in range(300)], [()] * 300, compression=codec
+    )
+    header = validate_batch(batch)
+    assert header.compression is codec
+    assert (header.base_timestamp, header.max_timestamp) == (5_000, 5_299)
+    assert [(r.offset, r.value) for r in iter_records(batch)] == list(enumerate(values))
+
+
+def test_producer_batch_rejects_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="at least one record"):
+        build_producer_batch([], [], [], [])
+    with pytest.raises(ValueError, match="2 keys, 1 values"):
+        build_producer_batch([None, None], [b"v"], [0], [()])
+    with pytest.raises(ValueError, match="producer epoch"):
+        build_producer_batch([None], [b"v"], [0], [()], producer_epoch=1 << 15)
+
+
+@pytest.mark.parametrize("value", [0, 1, 63, 64, 8191, 8192, 16383, 16384, 1 << 40, -1, -(1 << 63)])
+def test_zigzag_varints_match_the_varint_writer(value: int) -> None:
+    out = bytearray()
+    write_varlong(value, out)
+    assert zigzag_varint(value) == bytes(out)
