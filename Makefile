@@ -59,6 +59,7 @@ bench: $(STAMP)
 	$(VENV)/bin/ketch bench latency --protocol kafka --duration 30 --json bench-latency-kafka.json
 	$(PY) -m bench.groups --json bench-groups.json
 	$(PY) -m bench.kafka_codec
+	$(PY) -m bench.native_producer
 	$(PY) -m bench.throughput --json bench-throughput.json
 
 # bench.throughput against Tansu too (a Kafka-compatible broker in Rust, in memory), from the
