@@ -114,8 +114,10 @@ class _Connection:
         self.slot_waiter: asyncio.Future[None] | None = None
         self.drained_waiters: list[asyncio.Future[None]] = []
         self.host = _host_of(stream.peer)
-        # Pool memory reserved for the frame being received (its body still arriving).
+        # Pool memory reserved for the frame being received (its body still arriving), and the
+        # wait for it while the pool is short.
         self.reserved = 0
+        self.reserving: asyncio.Future[None] | None = None
 
     # reading
 
@@ -141,12 +143,12 @@ class _Connection:
         cap = server.config.queued_max_requests
         decoder = self.decoder
         stream = self.stream
-        pool = server.request_pool
         while True:
-            if not self.reserved and (announced := decoder.incomplete_frame_size()):
-                # Its memory first: while the pool is short this connection is not read.
-                await pool.reserve(announced)
-                self.reserved = announced
+            # A frame's memory before its body: while the pool is short this connection is not
+            # read. (reserve() is False when the connection was closed while it waited.)
+            announced = 0 if self.reserved else decoder.incomplete_frame_size()
+            if announced and not await self.reserve(announced):
+                return
             # Straight into the frame being assembled: a request's records are never copied.
             received = await stream.receive_into(decoder.receive_buffer())
             if not received:
@@ -168,6 +170,27 @@ class _Connection:
                 self.dispatch(frame)
             if self.pending and self.pending[0].frame is not None and not self.flushing:
                 await self.flush()
+
+    async def reserve(self, size: int) -> bool:
+        """Reserve pool memory for the frame being received; False when close() ended the
+        wait (a muted connection is not being read, so only close() can end it early)."""
+        pool = self.server.request_pool
+        waiting = asyncio.ensure_future(pool.reserve(size))
+        self.reserving = waiting
+        try:
+            await asyncio.wait([waiting])
+        except asyncio.CancelledError:
+            if waiting.done() and not waiting.cancelled() and waiting.exception() is None:
+                pool.release(size)  # granted just as this reader was cancelled
+            waiting.cancel()
+            raise
+        finally:
+            self.reserving = None
+        if waiting.cancelled():
+            return False
+        waiting.result()  # a frame larger than the pool (the config forbids it) raises here
+        self.reserved = size
+        return True
 
     async def wait_for_slot(self) -> None:
         if self.pending[0].frame is not None and not self.flushing:
@@ -329,6 +352,8 @@ class _Connection:
         if self.closed:
             return
         self.closed = True
+        if self.reserving is not None:
+            self.reserving.cancel()  # a muted reader: nothing else would wake it
         if self.reserved:
             self.server.request_pool.release(self.reserved)
             self.reserved = 0

@@ -125,3 +125,31 @@ async def test_max_connections_per_ip_and_its_overrides() -> None:
 def test_malformed_overrides_are_refused(bad: str) -> None:
     with pytest.raises(ValueError, match="host:count"):
         ServerConfig(max_connections_per_ip_overrides=bad)
+
+
+async def test_stop_ends_a_connection_waiting_for_memory() -> None:
+    """A muted connection is not being read, so nothing but the server's close can end its
+    wait: stop() must still finish, and give every byte back."""
+    frame_a, frame_b = _metadata_frame(1, 300), _metadata_frame(2, 300)
+    size = len(frame_a)
+    config = ServerConfig(
+        socket_request_max_bytes=size,
+        queued_max_request_bytes=size + 100,
+        server_shutdown_timeout_ms=1000,
+    )
+    gate = Gate()
+    h = Harness({ApiKey.METADATA: gate}, config)
+    await h.server.start()
+    pool = h.server.request_pool
+    a, b = await h.connect(), await h.connect()
+    await a.stream.send(frame_a[: size // 2])
+    await until(lambda: pool.available == 100, "the first request's memory reserved")
+    await b.stream.send(frame_b[: size // 2])
+    await until(lambda: pool.waiting == 1, "the second connection muted")
+    stopping = asyncio.ensure_future(h.server.stop())
+    await until(lambda: h.server.stopping, "stop begun")
+    h.clock.advance(1000)  # the shutdown timeout: nothing outstanding is answered
+    async with asyncio.timeout(5):
+        await stopping
+    assert pool.waiting == 0
+    assert pool.available == pool.capacity
