@@ -63,6 +63,7 @@ Int16: TypeAlias = Annotated[int, _INT16]
 Int32: TypeAlias = Annotated[int, _INT32]
 # A plain `int` field is Kafka's int64: msgpack could carry up to 2**64-1, which no field means.
 
+
 @dataclass(frozen=True, slots=True)
 class AnyBuffer:
     """`Annotated` marker: a field that holds bytes or a memoryview (sent alike as a bin)."""
