@@ -1,6 +1,6 @@
 """`BrokerNode`: the composition root of one broker process.
 
-(Long, ~530 lines, on purpose: the build steps, the start order and the two stop orders must be
+(Long, ~670 lines, on purpose: the build steps, the start order and the two stop orders must be
 read side by side, since each depends on the others; every handler lives in node/broker/apis.py.)
 
 It builds and wires the broker's parts and owns their lifetimes:
