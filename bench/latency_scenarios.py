@@ -346,11 +346,38 @@ async def throughput_run(
     window_records = max(
         1, THROUGHPUT_WINDOW_BATCHES * THROUGHPUT_BATCH_BYTES // max(1, load.size_bytes)
     )
-    start = now_ns()
-    measure_from = start + round(load.warmup_s * 1e9)
-    end = measure_from + round(load.duration_s * 1e9)
-    started_at_s = time.time() + load.warmup_s
+    # The window opens once every producer has had one record acknowledged: a client's start
+    # (connections, metadata) can outlast a short run's window (seen: 8 librdkafka producers
+    # with nothing acknowledged in a 3 s window on a loaded machine).
+    window: list[int] = []  # [measure_from, end] on the monotonic clock
+    started: list[float] = []  # the window's start on the wall clock
+    warm: list[None] = []
+    all_warm = asyncio.Event()
     failures: list[BaseException] = []
+
+    def open_window() -> None:
+        measure_from = now_ns() + round(load.warmup_s * 1e9)
+        window.extend((measure_from, measure_from + round(load.duration_s * 1e9)))
+        started.append(time.time() + load.warmup_s)
+        all_warm.set()
+
+    async def warm_up(send: SendRecord) -> None:
+        first: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+
+        def acked(_done_ns: int, error: BaseException | None) -> None:
+            if not first.done():
+                first.set_result(error)
+
+        await send(acked)
+        error = await first
+        if error is not None:
+            failures.append(error)
+            all_warm.set()  # nobody waits for the others then
+            return
+        warm.append(None)
+        if len(warm) == THROUGHPUT_PRODUCERS:
+            open_window()
+        await all_warm.wait()
 
     async def run_producer() -> None:
         slots = asyncio.Semaphore(window_records)
@@ -368,6 +395,10 @@ async def throughput_run(
                 record(done_ns - sent)
 
         async with open_producer() as send:
+            await warm_up(send)
+            if failures:
+                return
+            measure_from, end = window
             while (sent := now_ns()) < end and not failures:
                 await slots.acquire()
                 await send(functools.partial(acked, sent=sent))
@@ -375,6 +406,7 @@ async def throughput_run(
     await asyncio.gather(*(run_producer() for _ in range(THROUGHPUT_PRODUCERS)))
     if failures:
         raise failures[0]
+    started_at_s = started[0]
     count: int = histogram.get_total_count()
     return ScenarioResult(
         name,
