@@ -32,9 +32,11 @@ before the body is waited for. After a `FrameError` the stream has lost its fram
 resynchronised, so the decoder stays failed and the connection must close.
 
 Memory: the decoder holds the unconsumed bytes (at most one partial frame plus what arrived
-behind it), the receive buffer and up to `RETIRED_BUFFERS` replaced ones, reused once no frame
-view holds them (a fresh buffer costs a zero fill as large as itself); views handed out keep
-their buffer alive, nothing more.
+behind it) in its receive buffer; a drained decoder keeps only `INITIAL_RECEIVE_BUFFER_BYTES`,
+so an idle connection costs 4 KiB. Replaced buffers become spares of the thread (at most
+`SPARE_BUFFERS_BYTES` in all), reused once no frame view holds them: a fresh buffer costs a zero
+fill and page faults as large as itself, about one copy. Views handed out keep their buffer
+alive, nothing more.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from __future__ import annotations
 import mmap
 import struct
 import sys
+import threading
 from collections import deque
 
 from wire.errors import ProtocolError
@@ -55,10 +58,11 @@ _LENGTH = struct.Struct(">i")
 
 RECEIVE_BUFFER_BYTES = 64 * 1024
 """Size of the shared receive buffer small frames are cut from (one read's worth)."""
-RETIRED_BUFFERS = 4
-"""How many replaced receive buffers a decoder keeps for reuse (a client may have several
-requests in flight, each holding its frame's buffer until it is served)."""
-_UNREFERENCED = 3  # sys.getrefcount of a retired buffer nobody else holds (see _reusable)
+INITIAL_RECEIVE_BUFFER_BYTES = 4096
+"""A decoder's buffer while its connection is idle: what an idle connection costs."""
+SPARE_BUFFERS_BYTES = 32 * 1024 * 1024
+"""Replaced receive buffers kept for reuse, per thread, at most this many bytes in all."""
+_UNREFERENCED = 3  # sys.getrefcount of a spare buffer nobody else holds (see _take_spare)
 ANONYMOUS_MAP_THRESHOLD_BYTES = 1024 * 1024
 """Frame buffers at least this large are anonymous memory maps (pages provided on first write)."""
 
@@ -82,6 +86,46 @@ def frame_prefix(size: int) -> bytes:
     return _LENGTH.pack(size)
 
 
+class _SpareBuffers(threading.local):
+    """Receive buffers the decoders of one thread have replaced, oldest first. A buffer is
+    reused only once no frame view holds it; the oldest go when the total passes
+    SPARE_BUFFERS_BYTES. Per thread, so no lock: each event loop runs in its own thread."""
+
+    def __init__(self) -> None:
+        self.buffers: deque[bytearray | mmap.mmap] = deque()
+        self.total = 0
+
+
+_spares = _SpareBuffers()
+
+
+def _take_spare(size: int) -> bytearray | mmap.mmap | None:
+    """A spare buffer of `size` to 4 x `size` bytes that no frame view holds any more."""
+    spares = _spares
+    buffers = spares.buffers
+    for index in range(len(buffers)):
+        candidate = buffers[index]
+        # References: the deque's and `candidate`'s, plus getrefcount's argument (no enumerate:
+        # its reused result tuple would hold one more). A view of the buffer (every frame view
+        # shares one managed buffer) adds one: taken, the buffer would be written under a frame
+        # somebody still reads.
+        if size <= len(candidate) <= 4 * size and sys.getrefcount(candidate) == _UNREFERENCED:
+            del buffers[index]
+            spares.total -= len(candidate)
+            return candidate
+    return None
+
+
+def _offer_spare(buf: bytearray | mmap.mmap) -> None:
+    if len(buf) < RECEIVE_BUFFER_BYTES:
+        return  # small ones cost less to make than to find
+    spares = _spares
+    spares.buffers.append(buf)
+    spares.total += len(buf)
+    while spares.total > SPARE_BUFFERS_BYTES:
+        spares.total -= len(spares.buffers.popleft())
+
+
 def _new_buffer(size: int) -> bytearray | mmap.mmap:
     # bytearray(n) writes n zero bytes, touching every page at once; an anonymous map's pages are
     # provided (zeroed) by the kernel as they are first written.
@@ -92,31 +136,19 @@ class FrameDecoder:
     """Incremental frame decoder: bytes in (`feed()`, or `receive_buffer()` + `filled()`),
     whole payloads out of `next_frame()` as read-only memoryviews."""
 
-    __slots__ = (
-        "_buf",
-        "_end",
-        "_failure",
-        "_max_frame_bytes",
-        "_retired",
-        "_shared",
-        "_start",
-        "_view",
-    )
+    __slots__ = ("_buf", "_end", "_failure", "_max_frame_bytes", "_shared", "_start", "_view")
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         if not 0 <= max_frame_bytes <= _MAX_INT32:
             raise ValueError(f"max_frame_bytes must be in [0, 2**31-1], got {max_frame_bytes}")
         self._max_frame_bytes = max_frame_bytes
-        self._buf: bytearray | mmap.mmap = bytearray(RECEIVE_BUFFER_BYTES)
+        self._buf: bytearray | mmap.mmap = bytearray(INITIAL_RECEIVE_BUFFER_BYTES)
         self._view = memoryview(self._buf)
         self._start = 0  # first byte not yet returned in a frame
         self._end = 0  # one past the last byte received
         # Whether a frame view of the buffer was handed out: then it is replaced, not rewound,
         # when it has been consumed to its end.
         self._shared = False
-        # Buffers replaced earlier, reused once their frames' views are all gone: a fresh
-        # buffer costs a zero fill (and page faults) as large as itself, about one copy.
-        self._retired: deque[bytearray | mmap.mmap] = deque(maxlen=RETIRED_BUFFERS)
         self._failure: FrameError | None = None
 
     @property
@@ -189,25 +221,16 @@ class FrameDecoder:
             return None
         self._start = end
         self._shared = True
-        return self._view[start + LENGTH_PREFIX_BYTES : end].toreadonly()
-
-    def _reusable(self, size: int) -> bytearray | mmap.mmap | None:
-        """A retired buffer of at least `size` bytes that no frame view holds any more."""
-        retired = self._retired
-        for index in range(len(retired)):
-            candidate = retired[index]
-            # References: the deque's and `candidate`'s, plus getrefcount's argument (no
-            # enumerate: its reused result tuple would hold one more). A view of the buffer
-            # (every frame view shares one managed buffer) adds one: taken, the buffer would be
-            # written under a frame somebody still reads.
-            if len(candidate) >= size and sys.getrefcount(candidate) == _UNREFERENCED:
-                del retired[index]
-                return candidate
-        return None
-
-    def _retire(self, buf: bytearray | mmap.mmap) -> None:
-        if len(buf) >= RECEIVE_BUFFER_BYTES:
-            self._retired.append(buf)  # the deque's bound drops the oldest
+        frame = self._view[start + LENGTH_PREFIX_BYTES : end].toreadonly()
+        if end == self._end and len(self._buf) > INITIAL_RECEIVE_BUFFER_BYTES:
+            # Drained: a quiet connection keeps only a small buffer; this one becomes a spare,
+            # reused (by any decoder of this thread) once its frames are let go.
+            _offer_spare(self._buf)
+            self._buf = bytearray(INITIAL_RECEIVE_BUFFER_BYTES)
+            self._view = memoryview(self._buf)
+            self._start = self._end = 0
+            self._shared = False
+        return frame
 
     def _make_room(self) -> None:
         """Ensure the buffer has free space after `_end`, and room for the whole of a frame
@@ -217,18 +240,17 @@ class FrameDecoder:
             self._start = self._end = 0  # consumed and never lent out: rewind in place
             return
         pending = end - start
-        needed = RECEIVE_BUFFER_BYTES
+        needed = pending + 1  # the length not known yet: room for one more byte will do
         if pending >= LENGTH_PREFIX_BYTES:
             (length,) = _LENGTH.unpack_from(buf, start)
             if 0 <= length <= self._max_frame_bytes:
-                needed = LENGTH_PREFIX_BYTES + length
+                needed = max(needed, LENGTH_PREFIX_BYTES + length)
         if end < len(buf) and start + needed <= len(buf):
             return  # the frame in progress fits where it is, and there is space to read into
         # A new buffer: the frame in progress (at most one partial frame) moves to its front.
-        size = max(needed, RECEIVE_BUFFER_BYTES) if needed > pending else RECEIVE_BUFFER_BYTES
-        size = max(size, pending + 1)
-        fresh = self._reusable(size) or _new_buffer(size)
-        self._retire(buf)
+        size = max(needed, RECEIVE_BUFFER_BYTES)
+        fresh = _take_spare(size) or _new_buffer(size)
+        _offer_spare(buf)
         view = memoryview(fresh)
         view[:pending] = self._view[start:end]
         self._buf = fresh
