@@ -66,7 +66,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from runtime.clock import NS_PER_MS, NS_PER_S, Alarm, Clock
-from runtime.net.transport import Address, Buffer, ConnectionClosedError, StreamHandler
+from runtime.net.transport import (
+    Address,
+    Buffer,
+    ConnectionClosedError,
+    StreamHandler,
+    take_chunks,
+)
 
 DEFAULT_BUFFER_BYTES = 1024 * 1024
 _FIRST_LISTEN_PORT = 40_000
@@ -198,17 +204,24 @@ class MemoryStream:
     def peer(self) -> str:
         return self._peer
 
-    async def receive(self) -> bytes:
+    async def _readable(self) -> bool:
+        """Wait until something is in the inbox: True, or False once the stream is finished."""
         pipe = self._incoming
         while not pipe.inbox:
             if pipe.fin_delivered or pipe.reader_done or pipe.broken:
-                return b""
+                return False
             assert pipe.read_waiter is None, "receive() called concurrently on one stream"
             pipe.read_waiter = asyncio.get_running_loop().create_future()
             try:
                 await pipe.read_waiter
             finally:
                 pipe.read_waiter = None
+        return True
+
+    async def receive(self) -> bytes:
+        pipe = self._incoming
+        if not await self._readable():
+            return b""
         data = pipe.inbox.popleft() if len(pipe.inbox) == 1 else b"".join(pipe.inbox)
         pipe.inbox.clear()
         pipe.unread_bytes -= len(data)
@@ -217,26 +230,9 @@ class MemoryStream:
 
     async def receive_into(self, buffer: memoryview) -> int:
         pipe = self._incoming
-        while not pipe.inbox:
-            if pipe.fin_delivered or pipe.reader_done or pipe.broken:
-                return 0
-            assert pipe.read_waiter is None, "receive() called concurrently on one stream"
-            pipe.read_waiter = asyncio.get_running_loop().create_future()
-            try:
-                await pipe.read_waiter
-            finally:
-                pipe.read_waiter = None
-        inbox = pipe.inbox
-        copied = 0
-        while inbox and copied < len(buffer):
-            chunk = inbox[0]
-            count = min(len(chunk), len(buffer) - copied)
-            buffer[copied : copied + count] = chunk[:count]
-            copied += count
-            if count == len(chunk):
-                inbox.popleft()
-            else:
-                inbox[0] = chunk[count:]
+        if not await self._readable():
+            return 0
+        copied = take_chunks(pipe.inbox, buffer)
         pipe.unread_bytes -= copied
         pipe.wake_sender()
         return copied

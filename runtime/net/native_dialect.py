@@ -19,6 +19,7 @@ from runtime.net.auth import ServerAuthenticator
 from runtime.net.dialect import Answer, Call, RequestContext
 from runtime.net.transport import Stream
 from wire.envelope import (
+    LARGE_BIN_BYTES,
     ResponseEnvelope,
     decode_request,
     encode_response,
@@ -52,6 +53,16 @@ _SASL_API_KEYS: Final = frozenset({int(ApiKey.SASL_HANDSHAKE), int(ApiKey.SASL_A
 
 def _response_frame(correlation_id: int, body: dict[str, Any]) -> bytes:
     return encode_frame(encode_response(ResponseEnvelope(correlation_id, body)))
+
+
+def _carries_large_records(response: FetchResponse) -> bool:
+    """Whether a record set is large enough to leave as a buffer of its own: a follower's fetch
+    is mostly empty or a few records, and then packing it whole is cheaper than cutting it."""
+    return any(
+        len(partition.records) >= LARGE_BIN_BYTES
+        for topic in response.responses
+        for partition in topic.partitions
+    )
 
 
 class NativeDialect:
@@ -98,7 +109,7 @@ class NativeDialect:
     def encode(self, call: Call, response: Response | None) -> Answer:
         if response is None:
             return b""
-        if isinstance(response, FetchResponse):
+        if isinstance(response, FetchResponse) and _carries_large_records(response):
             # Record batches go out as the buffers the log read, not copied into the frame.
             envelope = ResponseEnvelope(call.context.correlation_id, response.to_body())
             return encode_response_buffers(envelope)

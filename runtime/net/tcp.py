@@ -34,7 +34,13 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Final, cast
 
-from runtime.net.transport import Address, Buffer, ConnectionClosedError, StreamHandler
+from runtime.net.transport import (
+    Address,
+    Buffer,
+    ConnectionClosedError,
+    StreamHandler,
+    take_chunks,
+)
 
 READ_HIGH_WATER_BYTES = 256 * 1024
 # Size of the chunks bytes received while no reader waits are stashed in.
@@ -188,18 +194,7 @@ class _StreamProtocol(asyncio.BufferedProtocol):
 
     def take_stash(self, into: memoryview) -> int:
         """Copy stashed bytes into `into` (as many as fit); the count."""
-        stash = self.stash
-        copied = 0
-        room = len(into)
-        while stash and copied < room:
-            chunk = stash[0]
-            count = min(len(chunk), room - copied)
-            into[copied : copied + count] = chunk[:count]
-            copied += count
-            if count == len(chunk):
-                stash.popleft()
-            else:
-                stash[0] = chunk[count:]
+        copied = take_chunks(self.stash, into)
         self.consumed(copied)
         return copied
 

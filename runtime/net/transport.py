@@ -30,6 +30,7 @@ Contract shared by every implementation:
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -99,6 +100,24 @@ class Stream(Protocol):
     async def aclose(self) -> None:
         """Close both directions. Idempotent."""
         ...
+
+
+def take_chunks(chunks: deque[bytes] | deque[memoryview], into: memoryview) -> int:
+    """Move bytes from the front of `chunks` into `into`, as many as fit (a chunk taken in
+    part stays, shortened); the count. For streams whose received bytes wait in a queue of
+    chunks (TCP's stash, the in-memory network's inbox) to serve `receive_into`."""
+    copied = 0
+    room = len(into)
+    while chunks and copied < room:
+        chunk = chunks[0]
+        count = min(len(chunk), room - copied)
+        into[copied : copied + count] = chunk[:count]
+        copied += count
+        if count == len(chunk):
+            chunks.popleft()
+        else:
+            chunks[0] = chunk[count:]  # type: ignore[assignment]  # same type as the deque's
+    return copied
 
 
 StreamHandler = Callable[[Stream], Awaitable[None]]
