@@ -54,6 +54,20 @@ def broker_node(broker_id: int) -> str:
     return f"broker-{broker_id}"
 
 
+def sized_properties(brokers: int) -> dict[str, Value]:
+    """The internal topics' replication settings a cluster of `brokers` brokers needs: Kafka's
+    defaults (3 replicas, a transaction log min ISR of 2) refuse to create `__consumer_offsets`
+    and `__transaction_state` on fewer brokers, so a smaller local cluster lowers them to its
+    size, as Kafka's single-node example configuration does. Empty from three brokers up."""
+    if brokers >= 3:
+        return {}
+    return {
+        "offsets.topic.replication.factor": brokers,
+        "transaction.state.log.replication.factor": brokers,
+        "transaction.state.log.min.isr": min(2, brokers),
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class NodeSpec:
     """One node process: its name ("controller" or "broker-<id>": its log file's name and a

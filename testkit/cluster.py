@@ -43,7 +43,7 @@ from client.client import Client
 from node.broker.config import BrokerConfig
 from node.broker.node import BrokerNode, NodeState
 from node.controller.node import ControllerNode
-from node.layout import CONTROLLER_NODE, Layout, broker_node
+from node.layout import CONTROLLER_NODE, Layout, broker_node, sized_properties
 from runtime.clock import Clock, ManualClock, SystemClock
 from runtime.net.memory import LinkConfig, MemoryNetwork
 from runtime.net.tcp import TcpTransport
@@ -86,7 +86,8 @@ AddressFor = Callable[[str], Address]
 class Cluster:
     """N brokers and a controller. `await drive(start())`, drive, `await drive(stop())`.
 
-    `properties` go to every node, over `defaults` (FAST_LIVENESS unless given)."""
+    `properties` go to every node, over `defaults` (FAST_LIVENESS unless given), over
+    node.layout.sized_properties for the cluster's size."""
 
     def __init__(
         self,
@@ -110,7 +111,13 @@ class Cluster:
         self.log_dirs_per_broker = log_dirs_per_broker
         self._transport_for = transport_for
         self._address_for = address_for
-        self.properties = {**defaults, **(properties or {})}
+        # A cluster of one or two brokers lowers the internal topics' replication, as `ketch up`
+        # does; `defaults` and `properties` win.
+        self.properties = {
+            **sized_properties(len(self.broker_ids)),
+            **defaults,
+            **(properties or {}),
+        }
         # `ketch up`'s directory names (node/layout.py), so tools made for that layout (`ketch
         # verify`, the Spark jobs) read this cluster's directories too.
         self.layout = Layout(data_dir)

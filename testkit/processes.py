@@ -46,7 +46,7 @@ from node.broker.config import (
     NATIVE_LISTENER,
     format_listeners,
 )
-from node.layout import CONTROLLER_NODE, Layout, NodeSpec, broker_node
+from node.layout import CONTROLLER_NODE, Layout, NodeSpec, broker_node, sized_properties
 from runtime.clock import SystemClock
 from runtime.config import Value
 from runtime.net.tcp import SOURCE_HOST_KEY, TcpTransport
@@ -177,7 +177,7 @@ class Child:
 class ProcessCluster:
     """A controller and `brokers` brokers as child processes, in `ketch up`'s layout under root
     (node/layout.py: cluster.secret, controller/, broker-<id>/, logs/<node>.log), plus
-    ketch.toml (every node's config file, `properties`).
+    ketch.toml (every node's config file: `properties` over `sized_properties(brokers)`).
 
     Every node gets free ports on 127.0.0.1, chosen once: a restarted broker binds the same
     ones. With `kafka`, each broker also serves the Kafka wire protocol (`--kafka-listen`) at
@@ -203,7 +203,9 @@ class ProcessCluster:
         self.layout = Layout(self.root)
         self.layout.prepare(range(self.brokers))
         config = self.root / CONFIG_FILE_NAME
-        config.write_text(toml_text(self.properties))
+        # A cluster of one or two brokers lowers the internal topics' replication, as `ketch up`
+        # does (node/layout.py); what `properties` sets wins.
+        config.write_text(toml_text({**sized_properties(self.brokers), **self.properties}))
         per_broker = 2 if self.kafka else 1
         listeners = 1 + per_broker * self.brokers
         ports = iter(free_ports(listeners * (2 if self.proxied else 1)))

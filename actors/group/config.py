@@ -17,7 +17,8 @@ class GroupCoordinatorConfig:
 
     # offsets.topic.num.partitions: partitions of __consumer_offsets when it is created.
     offsets_topic_num_partitions: int = 50
-    # offsets.topic.replication.factor: its replication factor (at most the live brokers).
+    # offsets.topic.replication.factor: its replication factor (created only once that many
+    # brokers are alive, as in Kafka).
     offsets_topic_replication_factor: int = 3
     # group.initial.rebalance.delay.ms: how long the first rebalance of an empty group waits
     # for more members (extended per joining member, up to the rebalance timeout).

@@ -15,8 +15,8 @@ class TransactionConfig:
     num_partitions: int = field(
         default=50, metadata=property_metadata("transaction.state.log.num.partitions")
     )
-    # Its replication factor and min.insync.replicas: Kafka's 3 and 2 where the cluster has the
-    # brokers, else as many as there are (so a one-broker cluster can run transactions).
+    # Its replication factor and min.insync.replicas: Kafka's 3 and 2. The topic is not created
+    # while fewer brokers are alive (node/broker/groups.py); a smaller cluster lowers both.
     replication_factor: int = field(
         default=3, metadata=property_metadata("transaction.state.log.replication.factor")
     )

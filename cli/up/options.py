@@ -9,7 +9,11 @@ Prometheus endpoint is at port+200+i (the controller's at port+300). The nodes' 
 command lines are node/layout.py's (the same the process test harness runs), with `--config F`
 passed on, so one TOML file configures every node.
 
-Pure functions of the arguments: nothing here starts a process or touches the data dir.
+A cluster of one or two brokers also passes the lowered internal-topic replication of
+`node.layout.sized_properties` as flags, except for the keys the config file sets (read here,
+so a file that is not valid TOML is a usage error before anything starts).
+
+Functions of the arguments: nothing here starts a process or touches the data dir.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from node.layout import Layout, NodeSpec
+from node.layout import Layout, NodeSpec, sized_properties
+from runtime.config import ConfigError, load_toml
 from runtime.net.transport import Address
 
 HOST: Final = "127.0.0.1"
@@ -37,6 +42,8 @@ class UpOptions:
     port: int
     kafka_port: int  # the base port of the Kafka listeners, or KAFKA_OFF
     config: Path | None
+    # The properties the config file sets: they win over what the cluster's size suggests.
+    configured: frozenset[str] = frozenset()
 
     def bindings(self) -> list[tuple[int, str]]:
         """Every port the cluster's nodes bind, each with what binds it."""
@@ -57,10 +64,17 @@ def child_specs(options: UpOptions, layout: Layout) -> tuple[NodeSpec, list[Node
     """The controller's and the brokers' command lines, on `ketch up`'s fixed ports."""
     controller_address = Address(HOST, options.port + CONTROLLER_PORT_OFFSET)
     metrics = options.port + METRICS_PORT_OFFSET
+    # A cluster of one or two brokers lowers the internal topics' replication (Kafka's 3 would
+    # keep __consumer_offsets from ever being created), unless the config file sets it.
+    sized = {
+        key: value
+        for key, value in sized_properties(options.brokers).items()
+        if key not in options.configured
+    }
     controller = layout.controller_spec(
         controller_address,
         config=options.config,
-        flags={"metrics.port": metrics + CONTROLLER_PORT_OFFSET},
+        flags={**sized, "metrics.port": metrics + CONTROLLER_PORT_OFFSET},
     )
     brokers = [
         layout.broker_spec(
@@ -73,7 +87,7 @@ def child_specs(options: UpOptions, layout: Layout) -> tuple[NodeSpec, list[Node
                 if options.kafka_port == KAFKA_OFF
                 else Address(HOST, options.kafka_port + broker_id)
             ),
-            flags={"metrics.port": metrics + broker_id},
+            flags={**sized, "metrics.port": metrics + broker_id},
         )
         for broker_id in range(options.brokers)
     ]
@@ -110,11 +124,18 @@ def options_from_args(args: argparse.Namespace) -> UpOptions | str:
     if args.kafka_port != KAFKA_OFF and not 0 < args.kafka_port <= 65_536 - args.brokers:
         return f"--kafka-port out of range: {args.kafka_port} (-1 runs without Kafka listeners)"
     config: Path | None = args.config
+    configured: frozenset[str] = frozenset()
     if config is not None:
         if not config.is_file():
             return f"config file not found: {config}"
         config = config.resolve()
-    options = UpOptions(args.brokers, args.data_dir.resolve(), args.port, args.kafka_port, config)
+        try:
+            configured = frozenset(load_toml(config))
+        except ConfigError as exc:
+            return str(exc)
+    options = UpOptions(
+        args.brokers, args.data_dir.resolve(), args.port, args.kafka_port, config, configured
+    )
     return _port_overlap(options) or options
 
 

@@ -10,9 +10,16 @@ coordinator either way.
 FindCoordinator answers with the leader of the key's partition of the coordinator's topic at the
 asking listener's address (so a Kafka client gets a Kafka-listener address). The first
 FindCoordinator on a cluster without that topic creates it through the controller, as Kafka's
-brokers do on first use: compacted, with the coordinator's partition count and replication
-factor at most the live brokers (and for the transaction log a min.insync.replicas within
-them); the answer meanwhile is COORDINATOR_NOT_AVAILABLE, which clients retry.
+brokers do on first use: compacted, with the coordinator's partition count and exactly its
+replication factor (`offsets.topic.replication.factor`,
+`transaction.state.log.replication.factor`); the answer meanwhile is COORDINATOR_NOT_AVAILABLE,
+which clients retry.
+
+While fewer brokers are alive than that factor, the topic is not created, as in Kafka since
+KAFKA-3959: capping the factor at the live brokers (as ketch once did) made a cluster whose
+other brokers had not yet registered create `__consumer_offsets` with one replica for good, so
+that one broker's death later lost every group on it. A cluster with fewer than three brokers
+sets the factors to its size (`ketch up` and the test harness do; see node/layout.py).
 """
 
 from __future__ import annotations
@@ -62,7 +69,8 @@ class _InternalTopic:
 
     name: str
     partition_of: Callable[[str], int]
-    create: Callable[[MetadataSnapshot], CreatableTopic]
+    create: Callable[[], CreatableTopic]
+    factor_property: str  # the property naming its replication factor
 
 
 class BrokerGroups:
@@ -79,14 +87,22 @@ class BrokerGroups:
         self._metadata = metadata
         self._create_topics = create_topics
         self._creating: dict[str, asyncio.Task[None]] = {}
+        # The live-broker count last logged as too few for each internal topic.
+        self._short_logged: dict[str, int] = {}
         self._topics = {
             COORDINATOR_GROUP: _InternalTopic(
-                OFFSETS_TOPIC, coordinator.partition_of, self._offsets_topic
+                OFFSETS_TOPIC,
+                coordinator.partition_of,
+                self._offsets_topic,
+                "offsets.topic.replication.factor",
             )
         }
         if transactions is not None:
             self._topics[COORDINATOR_TRANSACTION] = _InternalTopic(
-                TRANSACTION_STATE_TOPIC, transactions.partition_of, self._transaction_topic
+                TRANSACTION_STATE_TOPIC,
+                transactions.partition_of,
+                self._transaction_topic,
+                "transaction.state.log.replication.factor",
             )
 
     async def find_coordinator(
@@ -108,7 +124,19 @@ class BrokerGroups:
             )
         metadata = self._metadata()
         if not metadata.has_topic(topic.name):
-            self._create_topic(topic.name, topic.create(metadata))
+            creatable = topic.create()
+            alive = len(metadata.alive_broker_ids())
+            if alive < creatable.replication_factor:
+                message = (
+                    f"{topic.name} needs {creatable.replication_factor} live brokers "
+                    f"({topic.factor_property}) and {alive} are alive; it is created once "
+                    "enough brokers are up"
+                )
+                if self._short_logged.get(topic.name) != alive:  # once per count, not per ask
+                    self._short_logged[topic.name] = alive
+                    log.warning("%s (expected while a cluster starts)", message)
+                return _unavailable(request.coordinator_keys, message)
+            self._create_topic(topic.name, creatable)
             return _unavailable(request.coordinator_keys, f"creating {topic.name}")
         answers = []
         for key in request.coordinator_keys:
@@ -178,26 +206,25 @@ class BrokerGroups:
             ]
         )
 
-    def _offsets_topic(self, metadata: MetadataSnapshot) -> CreatableTopic:
+    def _offsets_topic(self) -> CreatableTopic:
         config = self.coordinator.config
-        replicas = min(config.offsets_topic_replication_factor, len(metadata.alive_broker_ids()))
         return CreatableTopic(
             name=OFFSETS_TOPIC,
             num_partitions=config.offsets_topic_num_partitions,
-            replication_factor=max(replicas, 1),
+            replication_factor=config.offsets_topic_replication_factor,
             configs=[
                 CreatableTopicConfig(name="cleanup.policy", value="compact"),
                 CreatableTopicConfig(name="segment.bytes", value=str(OFFSETS_SEGMENT_BYTES)),
             ],
         )
 
-    def _transaction_topic(self, metadata: MetadataSnapshot) -> CreatableTopic:
-        """Kafka's defaults (RF 3, min.insync.replicas 2) where the cluster has the brokers;
-        on a smaller cluster as many replicas as there are brokers and min ISR within them, so a
-        one-broker cluster can run transactions."""
+    def _transaction_topic(self) -> CreatableTopic:
+        """Its replication factor and min.insync.replicas (Kafka's 3 and 2 by default). The
+        min ISR is capped at the factor: a one-broker cluster that lowered only the factor could
+        otherwise never complete a transaction (Kafka leaves it stuck on NOT_ENOUGH_REPLICAS)."""
         assert self.transactions is not None
         config = self.transactions.config
-        replicas = max(1, min(config.replication_factor, len(metadata.alive_broker_ids())))
+        replicas = config.replication_factor
         return CreatableTopic(
             name=TRANSACTION_STATE_TOPIC,
             num_partitions=config.num_partitions,

@@ -16,6 +16,7 @@ killed by its PID (the children run in sessions of their own, so each is killed 
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -43,7 +44,14 @@ from cli.up.control import (
     decode_reply,
     decode_request,
 )
-from cli.up.options import CONTROLLER_PORT_OFFSET, KAFKA_OFF, UpOptions, child_specs
+from cli.up.options import (
+    CONTROLLER_PORT_OFFSET,
+    KAFKA_OFF,
+    UpOptions,
+    add_up_arguments,
+    child_specs,
+    options_from_args,
+)
 from cli.up.supervisor import main as up_main
 from client.client import Client
 from client.consumer import Consumer
@@ -425,3 +433,37 @@ def test_broker_command_lines_parse_with_the_broker_parser(tmp_path: Path) -> No
         config = settings_from_args(build_parser().parse_args(spec.args[1:])).config
         assert config.kafka_listen_address == Address("127.0.0.1", 19092 + broker_id)
         assert config.listen_address == Address("127.0.0.1", 9092 + broker_id)
+
+
+def test_a_small_cluster_lowers_the_internal_topics_replication(tmp_path: Path) -> None:
+    """One broker cannot hold Kafka's three replicas of __consumer_offsets: `ketch up --brokers
+    1` passes factors of 1 to every node, unless the config file chose its own."""
+    layout = Layout(tmp_path)
+    parser = argparse.ArgumentParser()
+    add_up_arguments(parser)
+    alone = options_from_args(parser.parse_args(["--brokers", "1", "--data-dir", str(tmp_path)]))
+    assert isinstance(alone, UpOptions)
+    controller, [broker] = child_specs(alone, layout)
+    for spec in (controller, broker):
+        assert "offsets.topic.replication.factor=1" in spec.argv
+        assert "transaction.state.log.replication.factor=1" in spec.argv
+        assert "transaction.state.log.min.isr=1" in spec.argv
+
+    config = tmp_path / "ketch.toml"
+    config.write_text('"offsets.topic.replication.factor" = 1\n"num.partitions" = 2\n')
+    chosen = options_from_args(
+        parser.parse_args(["--brokers", "2", "--config", str(config), "--data-dir", str(tmp_path)])
+    )
+    assert isinstance(chosen, UpOptions)
+    _, brokers = child_specs(chosen, layout)
+    for spec in brokers:
+        assert not any(arg.startswith("offsets.topic.replication.factor=") for arg in spec.argv)
+        assert "transaction.state.log.replication.factor=2" in spec.argv
+
+    _, brokers = child_specs(broker_options(19092), layout)  # three brokers: Kafka's defaults
+    assert not any("replication.factor" in arg for spec in brokers for arg in spec.argv)
+
+    config.write_text("not = [toml")
+    refused = options_from_args(parser.parse_args(["--config", str(config)]))
+    assert isinstance(refused, str)
+    assert "not valid TOML" in refused
