@@ -7,14 +7,19 @@ STAMP  := $(VENV)/.installed-stamp
 .PHONY: test lint typecheck pytest run bench bench-tansu clean kcat
 
 $(PY):
-	$(PYTHON) -m venv $(VENV)
+	@echo "Creating the virtual environment $(VENV) with $$($(PYTHON) --version)..."
+	@$(PYTHON) -m venv $(VENV)
 
 # Reinstall whenever pyproject.toml changes; all extras, so Spark, the Kafka clients and the dev
 # tools are present.
 $(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,spark,kafka-clients]'
-	touch $(STAMP)
+	@echo "Installing ketch and its dependencies into $(VENV) (PySpark, Kafka clients, dev tools;"
+	@echo "about a minute on the first run, nothing afterwards until pyproject.toml changes)..."
+	@$(PY) -m pip install --quiet --upgrade pip
+	@echo "  pip upgraded; installing ketch[dev,spark,kafka-clients]..."
+	@$(PY) -m pip install --quiet -e '.[dev,spark,kafka-clients]'
+	@touch $(STAMP)
+	@echo "  installed: $$($(PY) -m pip list --format=freeze 2>/dev/null | wc -l) packages in $(VENV)"
 
 # kcat (a librdkafka command-line client) for the Kafka listener's tests: installed from Debian's
 # packages when missing and apt-get can run; otherwise its test is skipped and says why.
