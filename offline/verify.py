@@ -44,11 +44,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
+from offline.verify_checks import Finding
 from offline.verify_job import VerifyReport, run_verify
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 EXIT_CLEAN: Final = 0
 EXIT_FINDINGS: Final = 1
@@ -96,11 +101,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _print_summary(report: VerifyReport) -> None:
+def _print_summary(report: VerifyReport, console: Console | None = None) -> None:
+    """The human summary: a stats line, notes, then the findings. Findings are printed as
+    blocks (a heading of where, the detail indented beneath it) rather than a table: six
+    columns left a terminal of 80 columns a detail column a dozen characters wide."""
     from rich.console import Console
-    from rich.table import Table
+    from rich.padding import Padding
+    from rich.text import Text
 
-    console = Console()
+    console = console or Console()
     stats = report.stats
     console.print(
         f"verified {stats['replicas']} replicas of {stats['partitions']} partitions in "
@@ -118,19 +127,28 @@ def _print_summary(report: VerifyReport) -> None:
     if report.ok:
         console.print("[green]OK: no problems found")
         return
-    table = Table(title=f"{len(report.findings)} problem(s)")
-    for column in ("kind", "broker dir", "partition", "segment", "offsets", "detail"):
-        table.add_column(column)
-    for f in report.findings:
-        table.add_row(
-            f.kind,
-            Path(f.broker_dir).name if f.broker_dir else "",
-            f"{f.topic}-{f.partition}" if f.topic is not None else "",
-            "" if f.segment is None else str(f.segment),
-            "" if f.offsets is None else f"{f.offsets[0]}..{f.offsets[1]}",
-            f.detail,
-        )
-    console.print(table)
+    kinds = Counter(f.kind for f in report.findings)
+    counted = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+    console.print(f"[red]{len(report.findings)} problem(s)[/red]: {counted}", highlight=False)
+    for number, finding in enumerate(report.findings, 1):
+        where = _where(finding)
+        heading = f"{number}. [bold]{finding.kind}[/bold]" + (f" {where}" if where else "")
+        console.print(heading, highlight=False)
+        console.print(Padding(Text(finding.detail), (0, 0, 0, 3)))
+
+
+def _where(finding: Finding) -> str:
+    """The finding's place in one phrase: log dir, partition, segment, offsets."""
+    parts = []
+    if finding.broker_dir:
+        parts.append(Path(finding.broker_dir).name)
+    if finding.topic is not None:
+        parts.append(f"{finding.topic}-{finding.partition}")
+    if finding.segment is not None:
+        parts.append(f"segment {finding.segment}")
+    if finding.offsets is not None:
+        parts.append(f"offsets {finding.offsets[0]}..{finding.offsets[1]}")
+    return " · ".join(parts)
 
 
 def _gaps_line(count: int, examples: list[dict[str, Any]]) -> str:
@@ -170,16 +188,21 @@ def main(argv: list[str]) -> int:
         if not Path(data_dir).is_dir():
             print(f"ketch verify: {data_dir}: no such directory", file=sys.stderr)
             return EXIT_ERROR
+    from rich.console import Console
+
     from offline.spark_session import build_session
 
+    # A spinner on stderr while Spark works (a terminal only: rich draws nothing elsewhere).
+    dirs = ", ".join(str(d) for d in args.data_dirs)
     try:
-        spark = build_session(
-            args.master, "ketch-verify", conf=conf, driver_memory=args.driver_memory
-        )
-        try:
-            report = run_verify(spark, args.data_dirs, compacted_topics=args.compacted_topic)
-        finally:
-            spark.stop()
+        with Console(stderr=True).status(f"verifying {dirs} with Spark ({args.master})"):
+            spark = build_session(
+                args.master, "ketch-verify", conf=conf, driver_memory=args.driver_memory
+            )
+            try:
+                report = run_verify(spark, args.data_dirs, compacted_topics=args.compacted_topic)
+            finally:
+                spark.stop()
     except Exception as exc:  # a runtime failure is exit 2 with its reason, not a traceback
         print(f"ketch verify: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_ERROR

@@ -3,10 +3,12 @@ divergences into ranges."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from offline.verify import _print_summary, main, report_json
 from offline.verify_checks import Finding
@@ -86,3 +88,33 @@ def test_sequence_gaps_and_open_transactions_are_summarised_apart_from_problems(
     assert "2 transaction(s) open at the end of the log, not problems" in printed
     assert "broker-0 t-1 producer 9 from offset 70" in printed
     assert "OK: no problems found" in printed
+
+
+def test_findings_read_whole_at_80_columns() -> None:
+    """Each finding is a heading and its detail indented beneath, never a column squeezed to
+    a few characters; no line passes the terminal's 80 columns."""
+    detail = (
+        "replica diverges from the leader's copy: batch crc 0x1234abcd here, 0x99887766 on "
+        "broker-0, for offsets 100..199 of the same leader epoch 4"
+    )
+    findings = [
+        Finding("replica_divergence", "/d/broker-1", "orders", 3, 0, (100, 199), detail),
+        Finding("offset_gap", "/d/broker-0", "orders", 1, 40, (41, 44), "offsets 41..44 missing"),
+        Finding("layout", None, None, None, None, None, "topic-configs.json unreadable"),
+    ]
+    stats = {
+        "broker_dirs": 2, "partitions": 2, "replicas": 4, "batches": 9, "bytes": 900,
+        "elapsed_s": 0.1, "partial_dirs": [], "sequence_gaps": 0, "open_transactions": 0,
+    }  # fmt: skip
+    out = io.StringIO()
+    _print_summary(VerifyReport(False, findings, stats), Console(file=out, width=80))
+    lines = out.getvalue().splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    assert "3 problem(s): 1 layout, 1 offset_gap, 1 replica_divergence" in lines
+    heading = lines.index(
+        "1. replica_divergence broker-1 · orders-3 · segment 0 · offsets 100..199"
+    )
+    # The detail, whole, on the indented lines beneath its heading.
+    assert lines[heading + 1].startswith("   replica diverges")
+    assert " ".join(line.strip() for line in lines[heading + 1 : heading + 3]) == detail
+    assert "3. layout" in lines
