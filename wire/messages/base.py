@@ -1,8 +1,8 @@
 """Typed messages: the base classes, the API-key registry and the request-level errors.
 
 A message is a frozen, slotted, keyword-only dataclass of the field types in
-wire/messages/fields.py, which also generates each class's body codec when the class is defined
-(`Message.to_body` / `Message.from_body` use it).
+wire/messages/fields.py, which also generates each class's body codec when the class is first
+used (`Message.to_body` / `Message.from_body` use it).
 
 Responses. Every response has a top-level `error_code` (Kafka has one on most responses; ketch
 adds it to all of them) for errors that concern the whole request: UNSUPPORTED_VERSION,
@@ -25,7 +25,7 @@ from enum import IntEnum
 from typing import Any, ClassVar, Self, TypeVar
 
 from wire.errors import ErrorCode, ProtocolError
-from wire.messages.fields import FieldError, Int16, build_codec, codecs
+from wire.messages.fields import Codec, FieldError, Int16, build_codec, codecs
 
 
 class ApiKey(IntEnum):
@@ -130,21 +130,25 @@ class Message:
         if "__dataclass_fields__" not in cls.__dict__:
             _register(cls, final=False)
             return
-        # Generated before registering, so a bad field type never registers.
-        codec = build_codec(cls, error_only_body=issubclass(cls, Response))
+        # The codec is generated when the class is first encoded or decoded (`_codec`), not
+        # here: generating all ~170 at import cost every process (each `ketch` command, each
+        # node) about 70 ms. `build_all_codecs()` generates them at once; a test calls it, so a
+        # field type the generator cannot handle still fails before it ships.
         _register(cls, final=True)
-        codecs[cls] = codec
 
     def to_body(self) -> dict[str, Any]:
         """The msgpack-ready map of this message's fields."""
-        body: dict[str, Any] = codecs[type(self)].encode(self)
+        cls = type(self)
+        codec = codecs.get(cls) or _codec(cls)
+        body: dict[str, Any] = codec.encode(self)
         return body
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> Self:
         """Decode and type-check a body; raises MessageError naming the bad field."""
+        codec = codecs.get(cls) or _codec(cls)
         try:
-            msg: Self = codecs[cls].decode(body)
+            msg: Self = codec.decode(body)
         except FieldError as exc:
             raise MessageError(cls.__name__, exc.format_path(), exc.reason) from None
         return msg
@@ -207,6 +211,22 @@ def check_registry() -> None:
 
 
 # -- registration --------------------------------------------------------------------------------
+
+
+def _codec(cls: type[Message]) -> Codec:
+    """Generate a message class's codec on its first use (raises TypeError for a field type
+    the generator does not support)."""
+    codec = codecs[cls] = build_codec(cls, error_only_body=issubclass(cls, Response))
+    return codec
+
+
+def build_all_codecs() -> int:
+    """Generate every registered message's codec now; how many there are."""
+    classes = [*_requests.values(), *_responses.values()]
+    for cls in classes:
+        if cls not in codecs:
+            _codec(cls)
+    return len(classes)
 
 
 def _register(cls: type[Message], final: bool) -> None:

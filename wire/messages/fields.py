@@ -14,12 +14,13 @@ built from
 and travels as the `body` map of an envelope (wire/envelope.py): one key per field, named as the
 field. Field names are Kafka's JSON message-spec names in snake_case.
 
-Codec. Each class gets an encoder and a decoder generated once, when the class is defined, from
-its field types: straight-line Python that reads each key, checks its exact type (`type(v) is
-int`, so a bool is not an int and bytes are not str) and range, recurses into nested dataclasses
-and lists, and sets the fields. A body with a missing or unknown key, or any value of the wrong
-type or out of range, raises `FieldError`, which the message base turns into a `MessageError`
-naming the message and the path of the field (e.g.
+Codec. Each class gets an encoder and a decoder generated once, when it is first encoded or
+decoded (base.py says why not at definition), from its field types: straight-line Python that
+reads each key, checks its exact type (`type(v) is int`, so a bool is not an int and bytes are
+not str) and range, recurses into nested dataclasses and lists, and sets the fields. A body
+with a missing or unknown key, or any value of the wrong type or out of range, raises
+`FieldError`, which the message base turns into a `MessageError` naming the message and the
+path of the field (e.g.
 `ProduceRequest.topic_data[0].partition_data[2].records: expected bytes, got str`). Encoding
 trusts the dataclass (mypy checks its construction) and does no checks. A response's decoder
 also accepts the bare body `{"error_code": N}` (see base.py, "Responses").
