@@ -81,6 +81,7 @@ from runtime.log.segment import LOG_SUFFIX, file_name_prefix
 if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import SparkSession
+    from rich.console import Console
 
 STAGING_SUFFIX: Final = ".compact-staging"
 _RESULT_SCHEMA: Final = (
@@ -406,13 +407,17 @@ def summary_json(result: CompactResult) -> dict[str, Any]:
     }
 
 
-def _print_summary(result: CompactResult) -> None:
+def _print_summary(result: CompactResult, console: Console | None = None) -> None:
+    """One row per partition that fits 80 columns: the segments cleaned of all, the offset
+    cleaned to, records and bytes as "before→after" (bytes in kB/MB/GB), and where the
+    cleaning stopped."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"ketch compact {result.topic} ({result.data_dir})")
-    for column in ("partition", "segments", "cleaned to", "records", "kept", "bytes", "after"):
-        table.add_column(column, justify="right")
+    table = Table(title=f"ketch compact {result.topic} ({result.data_dir})", box=box.SIMPLE_HEAD)
+    for column in ("part", "segs", "clean to", "records", "bytes"):
+        table.add_column(column, justify="right", no_wrap=True)
     table.add_column("stops at")
     done = {r.partition: r for r in result.partitions}
     for plan in result.plans:
@@ -422,20 +427,29 @@ def _print_summary(result: CompactResult) -> None:
             str(plan.partition),
             f"{len(plan.sources)}/{plan.total_segments}",
             str(plan.clean_end_offset) if plan.sources else "-",
-            str(s.records_in),
-            str(s.records_out),
-            str(s.bytes_in),
-            str(s.bytes_out),
+            f"{s.records_in}→{s.records_out}",
+            f"{_size(s.bytes_in)}→{_size(s.bytes_out)}",
             plan.stop_kind,
         )
-    console = Console()
+    console = console or Console()
     console.print(table)
     mb_s = result.source_bytes / 1e6 / result.elapsed_s if result.elapsed_s else 0.0
     where = "installed" if result.installed else f"staged in {result.staging_dir}"
     console.print(
-        f"{result.stats.bytes_in} -> {result.stats.bytes_out} bytes, {where}, "
+        f"{_size(result.stats.bytes_in)} -> {_size(result.stats.bytes_out)} "
+        f"({result.stats.bytes_in} -> {result.stats.bytes_out} bytes), {where}, "
         f"{result.elapsed_s:.1f} s ({mb_s:.1f} MB/s)"
     )
+
+
+def _size(n: int) -> str:
+    """Bytes for a person: B below 1 kB, else kB/MB/GB with one decimal (powers of 1000)."""
+    if n < 1_000:
+        return f"{n} B"
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    raise AssertionError(n)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
