@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogWriter
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -159,21 +160,23 @@ def _ratio(value: float | None, floor: float | None) -> str:
 def print_table(
     console: Console, config: Mapping[str, Any], results: Sequence[ScenarioResult]
 ) -> None:
-    """p50 .. max in microseconds, throughput, and p50 as a multiple of each floor's p50 (the
-    in-process echo's, and the echo's in another process)."""
+    """Two tables, so each fits 80 columns: the latency percentiles in microseconds, then the
+    counts, throughput, and p50 as a multiple of each floor's p50 (the in-process echo's, and
+    the echo's in another process)."""
     floors = {r.name: r.figures()["p50_us"] for r in results if r.name in ("floor", PROCESS_FLOOR)}
     floor_p50, process_floor_p50 = floors.get("floor"), floors.get(PROCESS_FLOOR)
     title = (
         f"ketch bench latency: loop={config['loop']}, cluster={config['cluster']}, "
         f"mode={config['mode']}, value={config['size_bytes']} B"
     )
-    table = Table(title=title)
-    table.add_column("scenario")
-    for header in ("p50 us", "p90 us", "p99 us", "p99.9 us", "max us", "count", "msgs/s"):
-        table.add_column(header, justify="right")
-    table.add_column("MB/s", justify="right")
-    table.add_column("p50/floor", justify="right")
-    table.add_column("p50/floor_process", justify="right")
+    latency = Table(title=title, box=box.SIMPLE_HEAD)
+    latency.add_column("scenario", overflow="fold")
+    for header in ("p50 us", "p90 us", "p99 us", "p99.9 us", "max us"):
+        latency.add_column(header, justify="right")
+    volume = Table(box=box.SIMPLE_HEAD)
+    volume.add_column("scenario", overflow="fold")
+    for header in ("count", "msgs/s", "MB/s", "p50/floor", "p50/proc"):
+        volume.add_column(header, justify="right")
     for result in results:
         f = result.figures()
 
@@ -181,10 +184,10 @@ def print_table(
             value = f.get(key)
             return "-" if value is None else f"{value:,}"
 
-        table.add_row(
-            escape(result.name),  # `[confluent]` would be read as a style tag
-            *(cell(key) for key, _ in PERCENTILES),
-            cell("max_us"),
+        name = escape(result.name)  # `[confluent]` would be read as a style tag
+        latency.add_row(name, *(cell(key) for key, _ in PERCENTILES), cell("max_us"))
+        volume.add_row(
+            name,
             cell("count"),
             cell("throughput_msgs_s"),
             cell("throughput_mb_s"),
@@ -192,38 +195,46 @@ def print_table(
             "-" if result.payload_bytes is not None else _ratio(f["p50_us"], floor_p50),
             "-" if result.payload_bytes is not None else _ratio(f["p50_us"], process_floor_p50),
         )
-    console.print(table)
+    console.print(latency)
+    console.print(volume)
+    console.print(
+        "  p50/floor, p50/proc: p50 over the echo floor's, in this process and in another one"
+    )
     for result in results:
         console.print(f"  [bold]{escape(result.name)}[/bold]: {escape(result.description)}")
 
 
 def print_peer_table(console: Console, results: Sequence[ScenarioResult], peer: PeerReport) -> None:
-    """ketch and the peer side by side per scenario, with the ratios peer / ketch."""
+    """ketch and the peer side by side, one row per scenario and figure (p50, p99, msgs/s),
+    with the ratio peer / ketch: five columns, so it fits 80."""
     table = Table(
         title=f"peer vs ketch (ratio = peer / ketch): {escape(peer.command)}\n"
-        f"peer at {peer.bootstrap}, {peer.brokers} broker(s), RF={peer.replication_factor}"
+        f"peer at {peer.bootstrap}, {peer.brokers} broker(s), RF={peer.replication_factor}",
+        box=box.SIMPLE_HEAD,
     )
-    table.add_column("scenario")
-    for header in ("p50 us", "p99 us", "msgs/s"):
-        table.add_column(f"ketch {header}", justify="right")
-        table.add_column(f"peer {header}", justify="right")
-        table.add_column("ratio", justify="right")
+    table.add_column("scenario", overflow="fold")
+    table.add_column("figure")
+    for header in ("ketch", "peer", "ratio"):
+        table.add_column(header, justify="right")
     ours = {r.name: r.figures() for r in results}
     ratios = {r["name"]: r for r in peer.ratios(results)}
     for result in peer.results:
         theirs = result.figures()
         mine = ours.get(result.name, {})
         ratio = ratios.get(result.name, {})
-        cells = []
-        for key, ratio_key in (
-            ("p50_us", "p50_ratio"),
-            ("p99_us", "p99_ratio"),
-            ("throughput_msgs_s", "throughput_ratio"),
+        for figure, key, ratio_key in (
+            ("p50 us", "p50_us", "p50_ratio"),
+            ("p99 us", "p99_us", "p99_ratio"),
+            ("msgs/s", "throughput_msgs_s", "throughput_ratio"),
         ):
-            cells += [_cell(mine.get(key)), _cell(theirs.get(key))]
             value = ratio.get(ratio_key)
-            cells.append("-" if value is None else f"{value:.2f}x")
-        table.add_row(escape(result.name), *cells)
+            table.add_row(
+                escape(result.name) if key == "p50_us" else "",
+                figure,
+                _cell(mine.get(key)),
+                _cell(theirs.get(key)),
+                "-" if value is None else f"{value:.2f}x",
+            )
     console.print(table)
 
 
