@@ -5,26 +5,86 @@ its directory in a log dir); the topic name may itself contain ``-``, so the par
 what follows the *last* ``-``. Topic names follow Kafka's rule: 1-249 characters of
 ``[a-zA-Z0-9._-]``, and not ``.`` or ``..``. A topic id is printed as Kafka prints a Uuid:
 URL-safe base64 without padding.
+
+The rule lives here, once, with its reasons: `topic_name_problem` says why a name is illegal
+(Kafka's Topic.validate checks in the same order: empty, ``.``/``..``, length, characters) for
+whoever must say why a name is refused (the command line, the controller's CreateTopics
+answer); `validate_topic_name` raises it, and TopicPartition enforces it on every partition a
+broker creates, so the controller and the storage engine cannot disagree. `topic_name_warning`
+is Kafka's warning for a legal name holding both ``.`` and ``_``, which metric names cannot
+tell apart.
 """
 
 from __future__ import annotations
 
 import base64
 import re
+import string
 from dataclasses import dataclass
 from typing import Final
 
 from wire.messages.fields import ZERO_UUID
 
 MAX_TOPIC_NAME_LENGTH: Final = 249
+LEGAL_TOPIC_CHARACTERS: Final = frozenset(string.ascii_letters + string.digits + "._-")
 _TOPIC_RE: Final = re.compile(r"[a-zA-Z0-9._-]+")
+# An error message quotes at most this much of a name (a 300-character name helps nobody twice).
+_QUOTED_NAME_CHARS: Final = 40
+
+
+def topic_name_problem(topic: str) -> str | None:
+    """Why `topic` is not a legal topic name, in a sentence; None when it is legal."""
+    # The usual, legal case in one regex match: TopicPartition runs this on every construction.
+    fits = len(topic) <= MAX_TOPIC_NAME_LENGTH and topic not in {".", ".."}
+    if fits and _TOPIC_RE.fullmatch(topic):
+        return None
+    if not topic:
+        return "a topic name cannot be empty"
+    if topic in {".", ".."}:
+        return f"a topic cannot be named {topic!r}"
+    if len(topic) > MAX_TOPIC_NAME_LENGTH:
+        return (
+            f"a topic name has at most {MAX_TOPIC_NAME_LENGTH} characters; "
+            f"this one has {len(topic)}"
+        )
+    index, bad = next((i, c) for i, c in enumerate(topic) if c not in LEGAL_TOPIC_CHARACTERS)
+    return (
+        f"character {index + 1}, {_show_character(bad)}, is not allowed: a topic name holds "
+        "only ASCII letters, digits, '.', '_' and '-'"
+    )
 
 
 def validate_topic_name(topic: str) -> None:
-    if topic in {"", ".", ".."} or len(topic) > MAX_TOPIC_NAME_LENGTH:
-        raise ValueError(f"illegal topic name {topic!r}")
-    if not _TOPIC_RE.fullmatch(topic):
-        raise ValueError(f"topic name {topic!r} has characters outside [a-zA-Z0-9._-]")
+    """ValueError("illegal topic name '<name>': <why>") unless `topic` is legal."""
+    problem = topic_name_problem(topic)
+    if problem is not None:
+        raise ValueError(f"illegal topic name {quoted_topic_name(topic)}: {problem}")
+
+
+def topic_name_warning(topic: str) -> str | None:
+    """Kafka's warning for a legal name with both '.' and '_' (None otherwise): metric names
+    replace '.' by '_', so such a topic's metrics can merge with another topic's."""
+    if "." in topic and "_" in topic:
+        return (
+            f"topic {quoted_topic_name(topic)} has both '.' and '_': they are alike in metric "
+            "names, so its metrics could collide with another topic's; use one or the other"
+        )
+    return None
+
+
+def quoted_topic_name(topic: str) -> str:
+    """`topic` quoted for a message; a long name is cut after _QUOTED_NAME_CHARS characters."""
+    if len(topic) <= _QUOTED_NAME_CHARS:
+        return repr(topic)
+    return f"{topic[:_QUOTED_NAME_CHARS]!r}..."
+
+
+def _show_character(char: str) -> str:
+    """A character as a reader can spot it: quoted, with its code point unless it is visible
+    ASCII (a space, a tab, an accented letter all look alike in a terminal)."""
+    if " " < char < "\x7f":
+        return repr(char)
+    return f"{char!r} (U+{ord(char):04X})"
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -19,7 +19,10 @@ A request from an unknown broker or an earlier incarnation is refused whole
 
 An accepted ISR that differs from the current one is committed with a new partition epoch; the
 leader epoch stays (the leader itself proposed it). The answer carries the partition's state as
-committed; the leader learns the result from it, the other brokers from UpdateMetadata.
+committed; the leader learns the result from it, the other brokers from UpdateMetadata. An ISR
+that takes the partition's preferred replica back while another broker leads is handed, once
+committed, to the preferred-leader schedule (`rejoins_preferred`;
+actors/controller/preferred_leaders.py), which gives it the leadership back soon.
 
 A leader refused because its view is behind (INVALID_UPDATE_VERSION, or FENCED_LEADER_EPOCH
 while it still leads under a newer epoch) keeps its proposal pending until a LeaderAndIsr tells
@@ -33,6 +36,8 @@ the actor's AlterPartition handler.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from actors.controller.context import ControllerContext
 from actors.controller.journal import Change
 from actors.controller.outbox import Outbox
@@ -44,6 +49,7 @@ from wire.messages import (
     AlterPartitionTopicResult,
 )
 from wire.metadata_records import PartitionRecord
+from wire.topic import TopicPartition
 
 
 async def alter_partition(
@@ -56,6 +62,7 @@ async def alter_partition(
     change = Change(ctx.model)
     outbox = Outbox()
     answers: list[tuple[str, bytes, list[AlterPartitionPartitionResult]]] = []
+    rejoined: list[TopicPartition] = []
     for topic_data in request.topics:
         topic = ctx.model.topic_by_name(topic_data.topic_name)
         results = []
@@ -82,6 +89,8 @@ async def alter_partition(
                     outbox.refresh(request.broker_id, ctx.model.topic_partition(p))
                 continue
             if tuple(data.new_isr) != p.isr:
+                if rejoins_preferred(p, data.new_isr):
+                    rejoined.append(ctx.model.topic_partition(p))
                 p = change.move(p, isr=list(data.new_isr))
             results.append(
                 AlterPartitionPartitionResult(
@@ -96,6 +105,7 @@ async def alter_partition(
             (topic_data.topic_name, topic.topic_id if topic else topic_data.topic_id, results)
         )
     await ctx.journal.commit(change)
+    ctx.preferred_leaders.rejoined(rejoined)
     # The leader learns the result from the answer; the other brokers from UpdateMetadata.
     for p in change.changed_partitions():
         outbox.metadata.add(ctx.model.topic_partition(p))
@@ -136,6 +146,14 @@ def check_alter(
     if not joining <= eligible:
         return ErrorCode.INELIGIBLE_REPLICA
     return None
+
+
+def rejoins_preferred(p: PartitionRecord, new_isr: Sequence[int]) -> bool:
+    """Whether the accepted ISR takes the preferred (first assigned) replica back while another
+    broker leads. It joins as an eligible replica (`check_alter` refused it otherwise): alive,
+    unfenced and not shutting down."""
+    preferred = p.replicas[0]
+    return p.leader != preferred and preferred not in p.isr and preferred in new_isr
 
 
 def is_applied_repeat(

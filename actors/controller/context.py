@@ -6,8 +6,8 @@ concern, as KRaft splits its QuorumController into control managers: broker live
 shutdown (shutdown.py), topic creation and deletion (topic_creation.py, topic_deletion.py) and
 producer ids (producer_ids.py). Those modules are functions, not actors: each takes this context
 and works on the state it names — the durable model and the journal that writes it, the
-partition and replica state machines, the liveness table, the request sender, and the alarms
-that retry failed replica deletions.
+partition and replica state machines, the liveness table, the request sender, the alarms
+that retry failed replica deletions, and the schedule of prompt preferred elections.
 
 Owner: the controller actor builds the one context in its constructor and passes it to the
 managers only from its own handlers, one message at a time, which is what makes every piece of
@@ -24,6 +24,7 @@ from actors.controller.journal import MetadataJournal
 from actors.controller.messages import ControllerConfig
 from actors.controller.model import ControllerModel
 from actors.controller.outbox import RequestSender
+from actors.controller.preferred_leaders import PreferredLeaderSchedule
 from actors.controller.sessions import BrokerSessions
 from actors.controller.states import PartitionStates, ReplicaStates
 from runtime.clock import Clock
@@ -42,4 +43,6 @@ class ControllerContext:
     sessions: BrokerSessions  # in memory: rebuilt from the model on restart
     sender: RequestSender
     deletion_retries: DeletionRetries  # in memory: a restart resends every deletion anyway
+    # In memory: a restarted controller waits for returns it sees itself (preferred_leaders.py).
+    preferred_leaders: PreferredLeaderSchedule
     unclean_elections: int = 0  # since this controller started, for `ketch cluster status`

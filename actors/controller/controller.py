@@ -21,8 +21,9 @@ managers split its controller —
 
     liveness.py        registration, heartbeats, session expiry, fencing, broker startup and
                        failure, and this controller's own restart (`resume`)
-    elections.py       leaders for New/Offline partitions, preferred-leader rebalance
-                       (the pure rules: election.py)
+    elections.py       leaders for New/Offline partitions, preferred-leader rebalance, and
+                       preferred leaders back soon after their replicas rejoin the ISR
+                       (the pure rules: election.py; when: preferred_leaders.py)
     replica_failure.py replicas in failed log dirs (offline dirs in heartbeats, LeaderAndIsr
                        answers with KAFKA_STORAGE_ERROR)
     alter_partition.py AlterPartition and its checks (KIP-497, KIP-841)
@@ -51,8 +52,8 @@ later start reads it back; registrations from brokers of another cluster are ref
 Ownership and why no lock: the model, the state machines, the liveness table and the request
 channels' membership are touched only by this actor's handlers, one message at a time. The
 timers only `tell` it ticks; the channels report StopReplica answers (and LeaderAndIsr answers
-with storage errors) back as messages, and the
-deletion retries' alarms tell it when to resend, never dropped (`_tell_soon`).
+with storage errors) back as messages, and the deletion retries' alarms tell it when to resend
+and the preferred-leader alarm when to elect, never dropped (`_tell_soon`).
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ from actors.controller.context import ControllerContext
 from actors.controller.deletion_retries import DeletionRetries
 from actors.controller.journal import Change, MetadataJournal, MetadataStore
 from actors.controller.messages import (
+    ELECTION_DELAY_DISABLED,
     AllocateProducerIds,
     AlterPartition,
     BrokerStatus,
@@ -86,6 +88,7 @@ from actors.controller.messages import (
     CreateTopics,
     DeleteTopics,
     DescribeCluster,
+    ElectPreferredLeaders,
     Heartbeat,
     LeaderAndIsrDone,
     RebalanceTick,
@@ -96,6 +99,7 @@ from actors.controller.messages import (
 )
 from actors.controller.model import ControllerModel, new_cluster_id
 from actors.controller.outbox import RequestChannels, RequestSender, ResponseCallback
+from actors.controller.preferred_leaders import PreferredLeaderSchedule
 from actors.controller.requests import native_address
 from actors.controller.sessions import BrokerSessions
 from actors.controller.states import PartitionStates, ReplicaStates
@@ -169,6 +173,9 @@ class ControllerActor(Actor):
                 self.name, config.controller_id, self.model, sessions, channels, self._tell_soon
             ),
             deletion_retries=DeletionRetries(self.clock, rng, self._tell_soon),
+            preferred_leaders=PreferredLeaderSchedule(
+                self.clock, _preferred_election_delay_ms(config), self._tell_soon
+            ),
         )
 
     @property
@@ -220,6 +227,7 @@ class ControllerActor(Actor):
 
     async def on_stop(self) -> None:
         self._ctx.deletion_retries.close()
+        self._ctx.preferred_leaders.close()
         for task in list(self._telling):
             task.cancel()
 
@@ -229,7 +237,8 @@ class ControllerActor(Actor):
             self.try_tell(tick)
 
     def _tell_soon(
-        self, message: StopReplicaDone | RetryReplicaDeletion | LeaderAndIsrDone
+        self,
+        message: StopReplicaDone | RetryReplicaDeletion | LeaderAndIsrDone | ElectPreferredLeaders,
     ) -> None:
         """Tell this actor an event from outside its task (a channel's answer, an alarm)
         without blocking the caller and without dropping it: unlike a tick, no later message
@@ -245,7 +254,8 @@ class ControllerActor(Actor):
             task.add_done_callback(self._telling.discard)
 
     async def _tell_later(
-        self, message: StopReplicaDone | RetryReplicaDeletion | LeaderAndIsrDone
+        self,
+        message: StopReplicaDone | RetryReplicaDeletion | LeaderAndIsrDone | ElectPreferredLeaders,
     ) -> None:
         with contextlib.suppress(MailboxClosed):
             await self.tell(message)
@@ -294,6 +304,10 @@ class ControllerActor(Actor):
     async def _rebalance(self, message: RebalanceTick) -> None:
         await elections.rebalance(self._ctx)
 
+    @handles(ElectPreferredLeaders)
+    async def _elect_preferred_leaders(self, message: ElectPreferredLeaders) -> None:
+        await elections.elect_rejoined(self._ctx)
+
     # -- topics (topic_creation.py, topic_deletion.py) --------------------------------------------
 
     @handles(CreateTopics)
@@ -341,3 +355,12 @@ class ControllerActor(Actor):
             topics_being_deleted=tuple(t.name for t in self.model.topics_queued_for_deletion()),
             unclean_elections=self.unclean_elections,
         )
+
+
+def _preferred_election_delay_ms(config: ControllerConfig) -> int | None:
+    """leader.imbalance.election.delay.ms, or None when preferred leaders wait for the periodic
+    check alone (auto.leader.rebalance.enable false, or the delay -1)."""
+    delay_ms = config.leader_imbalance_election_delay_ms
+    if not config.auto_leader_rebalance_enable or delay_ms == ELECTION_DELAY_DISABLED:
+        return None
+    return delay_ms

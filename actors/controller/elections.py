@@ -7,7 +7,12 @@ back (KRaft's ReplicationControlManager elections; Kafka's PartitionStateMachine
 - `elect`: writes one election's outcome into the event's `Change` — also for the partitions a
   failed broker led (actors/controller/liveness.py);
 - `rebalance`: on each RebalanceTick (auto.leader.rebalance.enable), a broker whose preferred
-  partitions are led elsewhere beyond leader.imbalance.per.broker.percentage gets them back.
+  partitions are led elsewhere beyond leader.imbalance.per.broker.percentage gets them back;
+- `elect_rejoined`: the partitions whose preferred replicas rejoined their ISRs get them back
+  as leaders, soon rather than at the next check (when: actors/controller/preferred_leaders.py).
+
+Both run the same preferred election (`elect_preferred`): the first assigned replica leads if it
+is eligible and in the ISR — never one outside it — under a new leader epoch, the ISR unchanged.
 
 A replica in a failed log dir (`electable`, actors/controller/replica_failure.py) never leads,
 though its broker is live. Which replica may lead is decided by the pure rules in
@@ -103,6 +108,19 @@ def unclean_allowed(ctx: ControllerContext, p: PartitionRecord) -> bool:
     return unclean_election_enabled(topic.configs, ctx.config.unclean_leader_election_enable)
 
 
+def elect_preferred(
+    ctx: ControllerContext, change: Change, p: PartitionRecord, eligible: set[int]
+) -> bool:
+    """The preferred (first assigned) replica leads, if it is eligible, electable and in the ISR;
+    the ISR stays. False: it cannot, and the partition is left as it is."""
+    tp = ctx.model.topic_partition(p)
+    result = preferred_election(p.replicas, p.isr, electable(ctx, tp, eligible))
+    if result.leader is None:
+        return False
+    change.move(p, leader=result.leader)
+    return True
+
+
 async def rebalance(ctx: ControllerContext) -> None:
     """Preferred leaders back (auto.leader.rebalance.enable), per broker over the threshold."""
     eligible = ctx.sessions.eligible()
@@ -119,17 +137,40 @@ async def rebalance(ctx: ControllerContext) -> None:
         if not led_elsewhere or len(led_elsewhere) / len(partitions) <= threshold:
             continue
         for p in led_elsewhere:
-            tp = ctx.model.topic_partition(p)
-            result = preferred_election(p.replicas, p.isr, electable(ctx, tp, eligible))
-            if result.leader is not None:
-                change.move(p, leader=result.leader)
-    if change.changed_partitions():
-        log.info(
-            "%s: preferred leaders back for %d partitions",
-            ctx.name,
-            len(change.changed_partitions()),
-        )
-        await ctx.journal.commit(change)
-        outbox = Outbox()
-        ctx.sender.announce(change, outbox)
-        ctx.sender.flush(outbox)
+            elect_preferred(ctx, change, p, eligible)
+    await _commit_preferred(ctx, change, "imbalanced brokers")
+
+
+async def elect_rejoined(ctx: ControllerContext) -> None:
+    """The pass of actors/controller/preferred_leaders.py: each partition whose preferred replica
+    rejoined its ISR since the last pass gets it back as leader, if it still can. A partition
+    without a leader is left to `elect_offline`, which prefers that replica anyway."""
+    eligible = ctx.sessions.eligible()
+    change = Change(ctx.model)
+    for tp in ctx.preferred_leaders.take():
+        p = ctx.model.partition_by_name(tp)
+        if (
+            p is None  # deleted meanwhile
+            or ctx.model.is_queued_for_deletion(p.topic_id)
+            or p.leader in (NO_LEADER, p.replicas[0])
+        ):
+            continue
+        elect_preferred(ctx, change, p, eligible)
+    await _commit_preferred(ctx, change, "preferred replicas back in their ISRs")
+
+
+async def _commit_preferred(ctx: ControllerContext, change: Change, why: str) -> None:
+    """Write one pass's preferred elections, then tell the brokers (LeaderAndIsr to the
+    replicas, UpdateMetadata to all)."""
+    if not change.changed_partitions():
+        return
+    log.info(
+        "%s: preferred leaders back for %d partitions (%s)",
+        ctx.name,
+        len(change.changed_partitions()),
+        why,
+    )
+    await ctx.journal.commit(change)
+    outbox = Outbox()
+    ctx.sender.announce(change, outbox)
+    ctx.sender.flush(outbox)

@@ -34,6 +34,8 @@ from wire.messages import (
 from wire.topic import TopicPartition
 
 DEFAULT_CONTROLLER_ID: Final = 3_000
+# leader.imbalance.election.delay.ms that leaves preferred leaders to the periodic check.
+ELECTION_DELAY_DISABLED: Final = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +52,10 @@ class ControllerConfig:
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_seconds: int = 300
     leader_imbalance_per_broker_percentage: int = 10
+    # Not Kafka's: how soon a partition's preferred replica leads again once it is back in the
+    # ISR (actors/controller/preferred_leaders.py), rather than at the next check above; -1
+    # leaves that to the check alone, as Kafka does. Only with auto.leader.rebalance.enable.
+    leader_imbalance_election_delay_ms: int = 1_000
     num_partitions: int = 1
     default_replication_factor: int = 1
     # A snapshot after this many records (KRaft counts bytes; records are small and alike here).
@@ -75,6 +81,12 @@ class ControllerConfig:
         ):
             if value < low:
                 raise ValueError(f"{name} must be >= {low}: {value}")
+        delay_ms = self.leader_imbalance_election_delay_ms
+        if delay_ms < 1 and delay_ms != ELECTION_DELAY_DISABLED:
+            raise ValueError(
+                "leader.imbalance.election.delay.ms must be >= 1, or -1 to wait for "
+                f"leader.imbalance.check.interval.seconds: {delay_ms}"
+            )
 
     @property
     def session_check_interval_ms(self) -> int:
@@ -166,6 +178,12 @@ class SessionTick:
 @dataclass(frozen=True, slots=True)
 class RebalanceTick:
     """Time for the preferred-leader check (auto.leader.rebalance.enable)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ElectPreferredLeaders:
+    """Time to give the partitions whose preferred replicas rejoined their ISRs their preferred
+    leaders back (actors/controller/preferred_leaders.py)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,10 +22,11 @@ from collections.abc import Collection, Container, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from actors.controller.election import assign_replicas, validate_topic_name
+from actors.controller.election import assign_replicas
 from runtime.log.config import TOPIC_LOG_CONFIG_NAMES, LogConfig
 from wire.errors import ErrorCode
 from wire.messages import CreatableTopic
+from wire.topic import quoted_topic_name, topic_name_problem
 
 MIN_INSYNC_REPLICAS: Final = "min.insync.replicas"
 UNCLEAN_LEADER_ELECTION: Final = "unclean.leader.election.enable"
@@ -62,8 +63,12 @@ def plan_topic(
     rng: random.Random,
 ) -> TopicPlan | TopicRefusal:
     name = topic.name
-    if validate_topic_name(name) is not ErrorCode.NONE:
-        return TopicRefusal(ErrorCode.INVALID_TOPIC_EXCEPTION, f"illegal topic name {name!r}")
+    problem = topic_name_problem(name)
+    if problem is not None:  # the reason goes back to the client: Kafka's message says why too
+        return TopicRefusal(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"illegal topic name {quoted_topic_name(name)}: {problem}",
+        )
     if name in existing_topics:
         return TopicRefusal(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
     configs = validate_topic_configs({c.name: c.value for c in topic.configs})

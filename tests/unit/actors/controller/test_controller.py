@@ -297,3 +297,16 @@ async def test_a_restarted_controller_resumes_with_a_higher_epoch(tmp_path: Path
         assert {p.leader for p in second.controller.model.all_partitions()} == {-1}
     finally:
         await second.stop()
+
+
+async def test_an_illegal_topic_name_is_refused_with_the_reason(harness: ControllerHarness) -> None:
+    await cluster(harness)
+    for name, reason in [
+        ("bad/name", "character 4, '/'"),
+        ("x" * 300, "at most 249 characters; this one has 300"),
+    ]:
+        response = await harness.create_topic(name, 1, 1)
+        [topic] = response.topics
+        assert topic.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+        assert topic.error_message is not None
+        assert reason in topic.error_message
