@@ -1,5 +1,6 @@
-"""What every client command of `ketch` shares: the `--bootstrap` flag, the client it builds, the
-mapping from errors to messages and exit codes, and the rich console output.
+"""What every client command of `ketch` shares: the `--bootstrap` flag (where its default comes
+from: cli/bootstrap.py), the client it builds, the mapping from errors to messages and exit
+codes, and the rich console output.
 
 Exit codes (DESIGN.md, "Command line contract"): 0 success; 1 the command ran and failed (the
 cluster cannot be reached, an unknown topic, a broker refused the request); 2 bad arguments
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import sys
@@ -26,17 +28,18 @@ from typing import Final, Protocol, TextIO, TypeVar
 
 from rich.console import Console
 
+from cli.bootstrap import (
+    BOOTSTRAP_METAVAR,
+    DEFAULT_BOOTSTRAP,
+    BootstrapServers,
+    bootstrap_arg,
+    format_bootstrap,
+    resolve_bootstrap,
+)
+from cli.reasons import describe_error
 from client.client import Client
 from client.config import ClientConfig
-from client.errors import (
-    AuthenticationError,
-    ClientError,
-    ConnectionFailedError,
-    ConnectionLostError,
-    DeliveryTimeoutError,
-    NoBrokersAvailableError,
-    RequestTimeoutError,
-)
+from client.errors import ClientError
 from runtime.clock import SystemClock
 from runtime.net.tcp import TcpTransport, new_event_loop
 from runtime.net.transport import Address
@@ -48,7 +51,8 @@ EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_INTERRUPTED: Final = 130  # the shell's code for a command ended by Ctrl-C (128 + SIGINT)
 
-DEFAULT_BOOTSTRAP: Final = "127.0.0.1:9092"
+# Re-exported: the command modules take what they share from here.
+__all__ = ["DEFAULT_BOOTSTRAP", "BootstrapServers", "describe_error", "format_bootstrap"]
 
 # A command line tool should say "cannot reach" within seconds, not after Kafka's 30 s
 # request timeout; a refused connection fails at once anyway, this bounds a silent host.
@@ -57,6 +61,11 @@ CLI_CLIENT_CONFIG: Final = ClientConfig(
     socket_connection_setup_timeout_ms=5_000,
     delivery_timeout_ms=30_000,
 )
+# With no broker reachable, how long a command keeps trying its bootstrap list (each address
+# after its reconnect backoff) before "cannot reach": long enough for `ketch up` to restart a
+# broker (0.5 s, then the node's start-up), short enough that a user with no cluster running
+# hears so within seconds. Within the request timeout, as Kafka's clients bound it.
+CLI_REACH_TIMEOUT_MS: Final = 5_000
 
 Command = Callable[[argparse.Namespace], int]
 SubParsers = argparse._SubParsersAction  # the type argparse gives `add_subparsers()`
@@ -109,12 +118,17 @@ def non_negative_int_arg(text: str) -> int:
 
 
 def add_bootstrap_flag(parser: argparse.ArgumentParser) -> None:
+    """`--bootstrap HOST:PORT[,HOST:PORT...]`; without it `args.bootstrap` is filled in once
+    parsing is done (cli/bootstrap.py), so register the command with `set_command`."""
     parser.add_argument(
         "--bootstrap",
-        type=address_arg,
-        default=Address.parse(DEFAULT_BOOTSTRAP),
-        metavar="HOST:PORT",
-        help=f"a broker to start from (default {DEFAULT_BOOTSTRAP})",
+        type=bootstrap_arg,
+        default=None,
+        metavar=BOOTSTRAP_METAVAR,
+        help=(
+            "brokers to start from, as Kafka's bootstrap.servers (default: $KETCH_BOOTSTRAP, "
+            f"else the `ketch up` cluster in ./data/cluster.json, else {DEFAULT_BOOTSTRAP})"
+        ),
     )
 
 
@@ -142,8 +156,20 @@ def set_command(parser: argparse.ArgumentParser, command: Command) -> None:
 
     The brief for the command modules dispatches on `func`; cli/main.py as it stands
     dispatches on `handler`. Setting both lets either wiring call the command unchanged.
+    The function set first fills in a default `--bootstrap` (cli/bootstrap.py): that default
+    depends on `--data-dir` and the environment, known only once parsing is done, and a bad one
+    is this subparser's usage error. `inspect.unwrap()` gives `command` back.
     """
-    parser.set_defaults(func=command, handler=command)
+
+    @functools.wraps(command)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            resolve_bootstrap(parser, args)
+        except SystemExit as exc:  # parser.error(): the usage is printed, the code returned
+            return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+        return command(args)
+
+    parser.set_defaults(func=run, handler=run)
 
 
 def run_argv(
@@ -171,10 +197,12 @@ def run_argv(
 # Running a command
 
 
-def run_async(prog: str, bootstrap: Address | None, work: Callable[[], Awaitable[int]]) -> int:
+def run_async(
+    prog: str, bootstrap: BootstrapServers | None, work: Callable[[], Awaitable[int]]
+) -> int:
     """Run `work()` on a fresh event loop; expected failures become a message and an exit code.
 
-    `bootstrap` (when the command talks to a cluster) names the address in "cannot reach".
+    `bootstrap` (when the command talks to a cluster) names the addresses in "cannot reach".
     """
 
     async def guarded() -> int:  # Runner.run takes a coroutine; `work()` is any awaitable
@@ -198,46 +226,6 @@ def run_async(prog: str, bootstrap: Address | None, work: Callable[[], Awaitable
         return EXIT_FAILED
 
 
-def describe_error(exc: BaseException, bootstrap: Address | None) -> str:
-    """One line for an error of the client layer, as a user should read it."""
-    where = "the cluster" if bootstrap is None else f"the cluster at {bootstrap}"
-    if isinstance(exc, NoBrokersAvailableError | ConnectionFailedError):
-        return f"cannot reach {where} ({_root_reason(exc)})"
-    if isinstance(exc, ConnectionLostError):
-        return f"lost the connection to {where}: {exc}"
-    if isinstance(exc, RequestTimeoutError):
-        return f"no answer from {where} in time: {exc}"
-    if isinstance(exc, DeliveryTimeoutError):
-        cause = exc.__cause__
-        if isinstance(cause, NoBrokersAvailableError | ConnectionFailedError):
-            return f"cannot reach {where} ({_root_reason(cause)})"
-        return f"timed out: {exc}"
-    if isinstance(exc, AuthenticationError):
-        return f"authentication failed: {exc}"
-    if isinstance(exc, KafkaError):
-        if exc.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-            return f"unknown topic or partition: {exc.message or exc}"
-        return f"the cluster refused: {exc}"
-    if isinstance(exc, OSError):
-        return f"cannot reach {where}: {exc.strerror or exc}"
-    return str(exc)
-
-
-def _root_reason(exc: BaseException) -> str:
-    """The operating system's words for a failed connection ("Connection refused") when the
-    chain of causes has them, else the innermost client error's message."""
-    reason = str(exc)
-    seen = 0
-    cause: BaseException | None = exc
-    while cause is not None and seen < 10:  # bounded: a cause chain is short, never cyclic here
-        if isinstance(cause, OSError) and cause.strerror:
-            return cause.strerror.lower()
-        reason = str(cause) or reason
-        cause = cause.__cause__ or cause.__context__
-        seen += 1
-    return reason
-
-
 class JsonShaped(Protocol):
     def to_json(self) -> dict[str, object]: ...
 
@@ -253,7 +241,7 @@ def run_query(
 ) -> int:
     """A read-only command: `fetch` what it shows through a client of `args.bootstrap`, then
     print it as JSON (`args.json`) or with `show`."""
-    bootstrap: Address = args.bootstrap
+    bootstrap: BootstrapServers = args.bootstrap
 
     async def work() -> int:
         async with open_client(bootstrap) as client:
@@ -284,14 +272,17 @@ def _silence_stdout() -> None:
 
 
 @asynccontextmanager
-async def open_client(bootstrap: Address, *, client_id: str = "ketch-cli") -> AsyncIterator[Client]:
-    """A client of the cluster reached through `bootstrap`, closed on exit."""
+async def open_client(
+    bootstrap: BootstrapServers, *, client_id: str = "ketch-cli"
+) -> AsyncIterator[Client]:
+    """A client of the cluster reached through any address of `bootstrap`, closed on exit."""
     client = Client(
-        [bootstrap],
+        bootstrap,
         transport=TcpTransport(),
         clock=SystemClock(),
         client_id=client_id,
         config=CLI_CLIENT_CONFIG,
+        reach_timeout_ms=CLI_REACH_TIMEOUT_MS,
     )
     try:
         yield client

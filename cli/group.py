@@ -43,6 +43,7 @@ from rich.table import Table
 
 from cli.common import (
     EXIT_OK,
+    BootstrapServers,
     CliError,
     SubParsers,
     add_query_command,
@@ -226,7 +227,7 @@ def main(argv: Sequence[str]) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    bootstrap: Address = args.bootstrap
+    bootstrap: BootstrapServers = args.bootstrap
 
     async def work() -> int:
         async with open_client(bootstrap) as client:

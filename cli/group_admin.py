@@ -44,6 +44,7 @@ from rich.table import Table
 from cli.common import (
     EXIT_FAILED,
     EXIT_OK,
+    BootstrapServers,
     CliError,
     SubParsers,
     UnknownTopicError,
@@ -193,7 +194,7 @@ def datetime_arg(text: str) -> int:
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-    bootstrap: Address = args.bootstrap
+    bootstrap: BootstrapServers = args.bootstrap
     groups: list[str] = list(dict.fromkeys(args.groups))
 
     async def work() -> int:
@@ -300,7 +301,7 @@ def _spec(args: argparse.Namespace) -> ResetSpec:
 
 
 def cmd_reset_offsets(args: argparse.Namespace) -> int:
-    bootstrap: Address = args.bootstrap
+    bootstrap: BootstrapServers = args.bootstrap
     spec = _spec(args)
 
     async def work() -> int:

@@ -21,12 +21,13 @@ import functools
 import importlib
 import sys
 from collections.abc import Callable, Sequence
-from typing import Final, Protocol
+from typing import Any, Final, Protocol, cast
 
 from bench import latency as bench_latency
 from cli import cluster_admin as cli_cluster_admin
 from cli import data as cli_data
 from cli import group as cli_group
+from cli import health as cli_health
 from cli import status as cli_status
 from cli import topic as cli_topic
 from cli.up import supervisor as up
@@ -61,6 +62,20 @@ def _add_dump_log(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     dump.set_defaults(handler=_cmd_dump_log)
 
 
+class _CommandParser(argparse.ArgumentParser):
+    """The parser of each subcommand (and, inherited, of theirs): an argument it does not know is
+    its own usage error. argparse hands a subcommand's leftovers up to the top-level parser,
+    which then printed `ketch`'s usage for `ketch consume t --bogus` instead of consume's."""
+
+    def parse_known_args(  # type: ignore[override]  # one signature for typeshed's overloads
+        self, args: Sequence[str] | None = None, namespace: Any = None
+    ) -> tuple[Any, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+
 class _ProcessModule(Protocol):
     def build_parser(self) -> argparse.ArgumentParser: ...
 
@@ -76,7 +91,11 @@ _REGISTRARS: Final[tuple[Registrar, ...]] = (
     cli_group.register,
     cli_data.register,
     functools.partial(
-        cli_status.register, cluster_extensions=[cli_cluster_admin.register_cluster_commands]
+        cli_status.register,
+        cluster_extensions=[
+            cli_cluster_admin.register_cluster_commands,
+            cli_health.register_cluster_commands,
+        ],
     ),
     bench_latency.register,
     _add_dump_log,
@@ -103,7 +122,13 @@ def build_parser(*, node_flags: bool = True) -> argparse.ArgumentParser:
     """The whole `ketch` parser. With node_flags=False the pass-throughs are only listed (for
     `ketch --help`), which spares the other commands a second of importing the nodes."""
     parser = argparse.ArgumentParser(prog="ketch", description="A Kafka-style log broker.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # Typed as the registrars take it: a _CommandParser is an ArgumentParser.
+    commands = cast(
+        "argparse._SubParsersAction[argparse.ArgumentParser]",
+        parser.add_subparsers(
+            dest="command", required=True, metavar="COMMAND", parser_class=_CommandParser
+        ),
+    )
     for register in _REGISTRARS:
         register(commands)
     for command, (_, help_text) in _PASS_THROUGH.items():

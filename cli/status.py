@@ -1,7 +1,6 @@
-"""`ketch cluster status` and `ketch config show`.
+"""`ketch cluster status`, and the `config` group (its `show` is cli/config_cmd.py's).
 
     ketch cluster status [--json] [--data-dir D] [--bootstrap HOST:PORT]
-    ketch config show [--config F] [--set KEY=VALUE ...]
 
 cluster status sends DescribeCluster to the bootstrap broker, which forwards it to the
     controller (node/broker/lifecycle.py): the cluster id, the controller's id and epoch, every
@@ -13,12 +12,7 @@ cluster status sends DescribeCluster to the bootstrap broker, which forwards it 
     names a `ketch up` data dir whose file lists the same controller id; otherwise they are null
     (JSON) or "unknown" (table): what is known, and nothing guessed. If the broker answers but
     the controller cannot be reached, that is said and the exit code is 1.
-config show prints the effective node configuration: every property a broker or the
-    controller reads (node.broker.config.known_properties(), the controller's
-    ControllerConfig), with its value and its source (default, file, flag) as TOML that is
-    itself a valid config file (runtime/config.py's render). Names that no node reads are
-    warned about on stderr with the nearest known name; values a node would refuse, and an
-    unreadable file, are usage errors (exit 2), as `ketch broker` treats them.
+config show: cli/config_cmd.py (a running broker's settings, or a config file's, checked).
 
 `register(subparsers, cluster_extensions)` adds both groups; other `cluster` commands
 (shutdown-broker, start-broker) join the same `cluster` group through `cluster_extensions`, and
@@ -31,7 +25,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,15 +32,15 @@ from typing import TYPE_CHECKING, Final
 
 from rich.table import Table
 
-from actors.controller.messages import ControllerConfig
+from cli import config_cmd
 from cli.common import (
     EXIT_OK,
-    EXIT_USAGE,
+    BootstrapServers,
     CliError,
     SubParsers,
     add_bootstrap_flag,
     console,
-    error,
+    format_bootstrap,
     open_client,
     print_json,
     run_argv,
@@ -55,16 +48,13 @@ from cli.common import (
     set_command,
 )
 from client.errors import RequestTimeoutError
-from node.broker.config import BrokerConfig, known_properties, property_defaults
 from node.layout import CLUSTER_JSON_NAME
-from runtime.config import ConfigError, EffectiveConfig, Value, parse_override, resolve
 from runtime.net.transport import Address
 from wire.errors import ErrorCode
 from wire.messages import DescribeClusterRequest, DescribeClusterResponse
 from wire.topic import uuid_text
 
 STATUS_PROG: Final = "ketch cluster status"
-CONFIG_PROG: Final = "ketch config show"
 
 if TYPE_CHECKING:  # argparse's action class cannot be subscripted at run time (Python 3.11)
     ClusterRegistrar = Callable[[SubParsers[argparse.ArgumentParser]], None]
@@ -122,20 +112,7 @@ def register(
     for extend in cluster_extensions:
         extend(cluster_commands)
 
-    config = subparsers.add_parser("config", help="node configuration")
-    config_commands = config.add_subparsers(dest="config_command", required=True, metavar="ACTION")
-    show = config_commands.add_parser(
-        "show", help="print the effective configuration with each value's source"
-    )
-    show.add_argument("--config", type=Path, metavar="F", help="TOML file of Kafka properties")
-    show.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a property, over the config file (repeatable)",
-    )
-    set_command(show, cmd_config_show)
+    config_cmd.register(subparsers)
 
 
 def register_cluster_commands(cluster_subparsers: SubParsers[argparse.ArgumentParser]) -> None:
@@ -161,7 +138,7 @@ def main(argv: Sequence[str]) -> int:
 
 
 def cmd_cluster_status(args: argparse.Namespace) -> int:
-    bootstrap: Address = args.bootstrap
+    bootstrap: BootstrapServers = args.bootstrap
 
     async def work() -> int:
         async with open_client(bootstrap, client_id="ketch-status") as client:
@@ -170,7 +147,7 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
             except RequestTimeoutError:
                 # The broker answers at once unless it is waiting for the controller.
                 raise CliError(
-                    f"the broker at {bootstrap} did not answer in time; "
+                    f"the cluster at {format_bootstrap(bootstrap)} did not answer in time; "
                     "it may be unable to reach the controller"
                 ) from None
         if not isinstance(response, DescribeClusterResponse):
@@ -178,7 +155,8 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
         if response.error_code != ErrorCode.NONE:
             code = ErrorCode.from_code(response.error_code)
             detail = response.error_message or code.name
-            raise CliError(f"the broker at {bootstrap} answered, but: {detail} ({code.name})")
+            where = format_bootstrap(bootstrap)
+            raise CliError(f"the cluster at {where} answered, but: {detail} ({code.name})")
         status = cluster_status(response, _controller_address(args.data_dir))
         if args.json:
             print_json(status.to_json())
@@ -252,51 +230,3 @@ def _print_status(status: ClusterStatus) -> None:
         table.add_row(str(broker.id), broker.host, str(broker.port), state, offline)
     out.print(table)
     out.print(f"Offline partitions: {status.offline_partitions}")
-
-
-# ---------------------------------------------------------------------------------------------
-# config show
-
-
-def cmd_config_show(args: argparse.Namespace) -> int:
-    try:
-        flags: dict[str, Value] = dict(parse_override(text) for text in args.set)
-        effective = resolve(defaults=node_property_defaults(), file=args.config, flags=flags)
-        check_values(effective)
-    except ConfigError as exc:
-        error(CONFIG_PROG, str(exc))
-        return EXIT_USAGE
-    for message in effective.unknown(node_known_properties()):
-        error(CONFIG_PROG, f"warning: {message}; no node reads it")
-    if effective.file is not None:
-        print(f"# effective configuration: defaults < {effective.file} < flags")
-    else:
-        print("# effective configuration: defaults < flags")
-    sys.stdout.write(effective.render())
-    return EXIT_OK
-
-
-def node_property_defaults() -> dict[str, Value]:
-    # Imported here: every `ketch` command imports this module, only `config show` needs these.
-    from node.controller import main as controller_main
-
-    # Keys both read (the heartbeat and session settings, the clients' timeouts) have the same
-    # meaning in both; the broker's default is taken so a broker property shows what it uses.
-    return {**controller_main.property_defaults(), **property_defaults()}
-
-
-def node_known_properties() -> frozenset[str]:
-    from node.controller import main as controller_main
-
-    return known_properties() | controller_main.known_properties()
-
-
-def check_values(effective: EffectiveConfig) -> None:
-    """Refuse values the broker or the controller would refuse at start (ConfigError)."""
-    explicit = effective.explicit()
-    try:
-        ControllerConfig.from_properties(explicit)
-        # broker.id is required by a broker and given by its --id flag; any id checks the rest.
-        BrokerConfig.from_properties({"broker.id": 0, **explicit})
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None

@@ -1,15 +1,26 @@
-"""`ketch topic create | list | describe`: topic administration through any broker.
+"""`ketch topic create | list | describe`: topic administration through any broker
+(`delete` is cli/topic_admin.py's, registered here).
 
-    ketch topic create NAME --partitions P --replication-factor R [--config k=v ...]
+    ketch topic create NAME [--partitions P] [--replication-factor R] [--config k=v ...]
     ketch topic list [--json]
     ketch topic describe NAME [--json]
+    ketch topic delete NAME [NAME ...]
+
+    ketch topic create orders                      # the cluster's num.partitions and
+                                                   # default.replication.factor
+    ketch topic create orders --partitions 6 --replication-factor 3 --config retention.ms=3600000
 
 create  sends CreateTopics to the bootstrap broker, which forwards it to the controller
-        (KIP-590). The controller's answer is final, but the brokers learn the new partitions
-        a moment later; so that `ketch topic create t ... && ketch produce t` works, the command
-        then waits (bounded by CREATE_WAIT_S) until the bootstrap broker's metadata lists every
-        partition with a leader. If that does not happen in time it says so on stderr and still
-        exits 0: the topic exists.
+        (KIP-590). Without --partitions or --replication-factor it sends -1, and the controller
+        applies the cluster's num.partitions or default.replication.factor, as Kafka's does; the
+        answer says what was created, and that is what is printed. An illegal name is refused
+        before anything is sent, with the reason (wire/topic.py: length, the first character
+        not allowed, "." or ".."), as a usage error (exit 2); a name with both '.' and '_'
+        gets Kafka's warning on stderr and is created. The controller's answer is final, but
+        the brokers learn the new partitions a moment later; so that `ketch topic create t &&
+        ketch produce t` works, the command then waits (bounded by CREATE_WAIT_S) until the
+        bootstrap broker's metadata lists every partition with a leader. If that does not
+        happen in time it says so on stderr and still exits 0: the topic exists.
 list    one Metadata request for every topic. `--json`: {"topics": [{"topic", "topic_id",
         "partitions", "replication_factor"}]} (a shape of ketch's own; DESIGN fixes none).
 describe Metadata for the topic (leader, leader epoch, replicas, ISR per partition), then
@@ -34,8 +45,10 @@ from typing import Final
 
 from rich.table import Table
 
+from cli import topic_admin
 from cli.common import (
     EXIT_OK,
+    BootstrapServers,
     CliError,
     SubParsers,
     UnknownTopicError,
@@ -61,6 +74,7 @@ from wire.errors import ErrorCode, KafkaError
 from wire.messages import (
     CreatableTopic,
     CreatableTopicConfig,
+    CreatableTopicResult,
     CreateTopicsRequest,
     CreateTopicsResponse,
     ListOffsetsPartition,
@@ -71,10 +85,12 @@ from wire.messages import (
     MetadataResponseTopic,
 )
 from wire.messages.data import LATEST_TIMESTAMP
-from wire.topic import topic_id_text
+from wire.topic import topic_id_text, topic_name_warning, validate_topic_name
 
 PROG: Final = "ketch topic"
 NO_LEADER: Final = -1
+# CreateTopics' "use the cluster's default" for num_partitions and replication_factor.
+CLUSTER_DEFAULT: Final = -1
 CREATE_WAIT_S: Final = 10.0
 CREATE_POLL_S: Final = 0.05
 LIST_OFFSETS_TIMEOUT_MS: Final = 5_000
@@ -123,13 +139,31 @@ class TopicDescription:
 
 
 def register(subparsers: SubParsers[argparse.ArgumentParser]) -> None:
-    topic = subparsers.add_parser("topic", help="create, list and describe topics")
+    topic = subparsers.add_parser("topic", help="create, list, describe and delete topics")
     actions = topic.add_subparsers(dest="topic_command", required=True, metavar="ACTION")
 
-    create = actions.add_parser("create", help="create a topic")
-    create.add_argument("name", metavar="NAME")
-    create.add_argument("--partitions", type=positive_int_arg, required=True, metavar="P")
-    create.add_argument("--replication-factor", type=positive_int_arg, required=True, metavar="R")
+    create = actions.add_parser(
+        "create",
+        help="create a topic",
+        epilog=(
+            "examples: ketch topic create orders  (the cluster's num.partitions and "
+            "default.replication.factor);  ketch topic create orders --partitions 6 "
+            "--replication-factor 3 --config min.insync.replicas=2"
+        ),
+    )
+    create.add_argument("name", type=topic_name_arg, metavar="NAME")
+    create.add_argument(
+        "--partitions",
+        type=positive_int_arg,
+        metavar="P",
+        help="partition count (default: the cluster's num.partitions)",
+    )
+    create.add_argument(
+        "--replication-factor",
+        type=positive_int_arg,
+        metavar="R",
+        help="replicas per partition (default: the cluster's default.replication.factor)",
+    )
     create.add_argument(
         "--config",
         type=_topic_config_arg,
@@ -149,11 +183,21 @@ def register(subparsers: SubParsers[argparse.ArgumentParser]) -> None:
         cmd_describe,
         positional=("name", "NAME"),
     )
+    topic_admin.register_topic_commands(actions)
 
 
 def main(argv: Sequence[str]) -> int:
     """`ketch topic ...` without cli/main.py: `main(["topic", "list"])`."""
     return run_argv("ketch", register, argv)
+
+
+def topic_name_arg(text: str) -> str:
+    """argparse `type=` for a topic to create: an illegal name is a usage error, with why."""
+    try:
+        validate_topic_name(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def _topic_config_arg(text: str) -> tuple[str, str]:
@@ -168,18 +212,25 @@ def _topic_config_arg(text: str) -> tuple[str, str]:
 
 
 def cmd_create(args: argparse.Namespace) -> int:
-    bootstrap: Address = args.bootstrap
+    bootstrap: BootstrapServers = args.bootstrap
+    warning = topic_name_warning(args.name)
+    if warning is not None:
+        error(PROG, f"warning: {warning}")
+    defaults = (
+        ("num.partitions", args.partitions),
+        ("default.replication.factor", args.replication_factor),
+    )
+    defaulted = [key for key, given in defaults if given is None]
 
     async def work() -> int:
         async with open_client(bootstrap) as client:
-            await create_topic(
+            result = await create_topic(
                 client, args.name, args.partitions, args.replication_factor, dict(args.config)
             )
-            ready = await _wait_until_led(client, args.name, args.partitions)
-        print(
-            f"Created topic {args.name!r}: {args.partitions} partition(s), "
-            f"replication factor {args.replication_factor}."
-        )
+            partitions = _created_count(result.num_partitions, args.partitions)
+            factor = _created_count(result.replication_factor, args.replication_factor)
+            ready = await _wait_until_led(client, args.name, partitions)
+        print(created_message(args.name, partitions, factor, defaulted=defaulted))
         if not ready:
             error(
                 PROG,
@@ -191,19 +242,47 @@ def cmd_create(args: argparse.Namespace) -> int:
     return run_async(PROG, bootstrap, work)
 
 
+def created_message(name: str, partitions: int, factor: int, *, defaulted: Sequence[str]) -> str:
+    """What `create` prints: the partitions and replication factor the controller used, and
+    which of them came from the cluster's defaults."""
+    source = f" (the cluster's {' and '.join(defaulted)})" if defaulted else ""
+    return (
+        f"Created topic {name!r}: {partitions} partition(s), replication factor {factor}{source}."
+    )
+
+
+def _created_count(answered: int, asked: int | None) -> int:
+    # The controller's answer says what it used; -1 only from a server that does not say.
+    if answered != CLUSTER_DEFAULT:
+        return answered
+    if asked is None:
+        raise CliError("the cluster created the topic but did not say with how many partitions")
+    return asked
+
+
+def creatable_topic(
+    name: str, partitions: int | None, replication_factor: int | None, configs: dict[str, str]
+) -> CreatableTopic:
+    """The CreateTopics entry; a count left None asks for the cluster's default (-1)."""
+    return CreatableTopic(
+        name=name,
+        num_partitions=CLUSTER_DEFAULT if partitions is None else partitions,
+        replication_factor=CLUSTER_DEFAULT if replication_factor is None else replication_factor,
+        configs=[CreatableTopicConfig(name=k, value=v) for k, v in sorted(configs.items())],
+    )
+
+
 async def create_topic(
-    client: Client, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
-) -> None:
-    """CreateTopics through any broker; a refusal raises CliError with the controller's words."""
+    client: Client,
+    name: str,
+    partitions: int | None,
+    replication_factor: int | None,
+    configs: dict[str, str],
+) -> CreatableTopicResult:
+    """CreateTopics through any broker; a count left None takes the cluster's default. The
+    controller's result for the topic; a refusal raises CliError with the controller's words."""
     request = CreateTopicsRequest(
-        topics=[
-            CreatableTopic(
-                name=name,
-                num_partitions=partitions,
-                replication_factor=replication_factor,
-                configs=[CreatableTopicConfig(name=k, value=v) for k, v in sorted(configs.items())],
-            )
-        ]
+        topics=[creatable_topic(name, partitions, replication_factor, configs)]
     )
     response = await client.send_any(request)
     if not isinstance(response, CreateTopicsResponse):
@@ -216,8 +295,8 @@ async def create_topic(
     result = results[0]
     if result.error_code != ErrorCode.NONE:
         code = ErrorCode.from_code(result.error_code)
-        detail = f": {result.error_message}" if result.error_message else ""
-        raise CliError(f"cannot create topic {name!r}: {code.name}{detail}")
+        raise CliError(topic_admin.refusal("create", name, code, result.error_message))
+    return result
 
 
 async def _wait_until_led(client: Client, name: str, partitions: int) -> bool:
@@ -246,7 +325,7 @@ async def _wait_until_led(client: Client, name: str, partitions: int) -> bool:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    bootstrap: Address = args.bootstrap
+    bootstrap: BootstrapServers = args.bootstrap
 
     async def work() -> int:
         async with open_client(bootstrap) as client:

@@ -30,7 +30,8 @@ every retry, so the broker can recognise a resend. Batches of a non-idempotent p
 
 Expiry: a batch that is not acknowledged within `delivery.timeout.ms` of its creation fails with
 `DeliveryTimeoutError`, whether it is still queued or waiting for a retry; a partition with a
-batch in flight waits for that batch's outcome first.
+batch in flight waits for that batch's outcome first. The error names the last error the batch
+met (`ProducerBatch.last_error`, which the sender sets), so a timeout says why.
 
 Record size: batches fill by `estimate_record_bytes` (producer_batch.py), so a batch never
 exceeds `batch.size` by more than one record's rounding; the batch types (`ProducerBatch`,
@@ -45,11 +46,11 @@ import itertools
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
+from client.errors import DeliveryTimeoutError  # the client's one type, re-exported
 from client.producer_batch import (
     BATCH_HEADER_BYTES,
     HEADER_OVERHEAD_BYTES,
     RECORD_OVERHEAD_BYTES,
-    DeliveryTimeoutError,
     Headers,
     PendingRecord,
     ProducerBatch,

@@ -11,6 +11,10 @@ What it adds on top of one `BrokerConnection` per broker (see client_connection.
 * Bootstrap. Before any metadata is known, requests go to the bootstrap addresses, tried in
   turn (starting at a seeded random one, so many clients spread over the list), until one
   answers. Once a Metadata response lists the brokers, requests address brokers by node id.
+  When no address can be reached, `send_any()` tries them all again, each after its reconnect
+  backoff, for up to `reach_timeout_ms` (0 by default: one round, the caller's own retries
+  decide), as Kafka's clients keep polling their bootstrap list until the caller's timeout; a
+  command line tool sets it so a broker that restarts in half a second does not fail it.
 * Metadata cache (metadata.py). `refresh_metadata()` asks one broker (one with an open
   connection first, else the next bootstrap address) for the topics of interest; concurrent
   refreshes share one request. It is refreshed when it is older than metadata.max.age.ms, and
@@ -54,6 +58,7 @@ from client.errors import (
     DeliveryTimeoutError,
     NoBrokersAvailableError,
     UnknownBrokerError,
+    error_reason,
     invalidates_metadata,
     is_retriable,
 )
@@ -103,10 +108,14 @@ class Client:
         config: ClientConfig | None = None,
         credential: bytes | None = None,
         seed: int = 0,
+        reach_timeout_ms: float = 0,
     ) -> None:
         if not bootstrap:
             raise ValueError("the client needs at least one bootstrap address")
+        if reach_timeout_ms < 0:
+            raise ValueError(f"reach_timeout_ms must be >= 0, got {reach_timeout_ms}")
         self._bootstrap = list(bootstrap)
+        self._reach_timeout_ms = reach_timeout_ms
         self._transport = transport
         self.clock = clock
         self.client_id = client_id
@@ -178,14 +187,33 @@ class Client:
         await connection.send_only(request.API_KEY, request.API_VERSION, request.to_body())
 
     async def send_any(self, request: Request, *, timeout_ms: float | None = None) -> Response:
-        """Send to any reachable broker (open connection first, then bootstrap addresses)."""
+        """Send to any reachable broker (open connection first, then bootstrap addresses).
+
+        Only a failed connect moves on to the next address: a request that reached a broker
+        may have been processed, so its timeout or lost connection is raised as is. When no
+        address can be reached, later rounds (within `reach_timeout_ms`) try the addresses
+        whose reconnect backoff has passed, sleeping until the next one's has; then
+        `NoBrokersAvailableError`, from the last failure.
+        """
+        deadline_ns = self.clock.monotonic_ns() + round(self._reach_timeout_ms * NS_PER_MS)
+        candidates = self._candidates()
+        tried: dict[Address, None] = {}  # an ordered set, for the message
         last: Exception | None = None
-        for address in self._candidates():
-            try:
-                return await self.send(address, request, timeout_ms=timeout_ms)
-            except ConnectionFailedError as exc:
-                last = exc
-        raise NoBrokersAvailableError(f"no broker reachable among {self._bootstrap}") from last
+        while True:
+            for address in candidates:
+                try:
+                    return await self.send(address, request, timeout_ms=timeout_ms)
+                except ConnectionFailedError as exc:
+                    tried[address] = None
+                    last = exc
+            # Every round waits out at least one backoff, so the loop is bounded by the deadline.
+            wait_ms = self._ms_until_connect_allowed() or self.config.reconnect_backoff_ms
+            if self.clock.monotonic_ns() + round(wait_ms * NS_PER_MS) >= deadline_ns:
+                break
+            await self.clock.sleep(wait_ms / 1000)
+            candidates = [a for a in self._candidates() if self._may_connect_now(a)]
+        among = ", ".join(str(a) for a in tried)
+        raise NoBrokersAvailableError(f"no broker reachable among {among}") from last
 
     async def call(
         self,
@@ -216,7 +244,7 @@ class Client:
                 if delay_ms >= remaining_ms:
                     raise DeliveryTimeoutError(
                         f"{what} did not succeed within {budget_ms} ms "
-                        f"({attempts + 1} attempts): {exc}"
+                        f"({attempts + 1} attempts); last error: {error_reason(exc)}"
                     ) from exc
                 _log.debug("%s failed (%s); retrying in %.0f ms", what, exc, delay_ms)
                 attempts += 1
@@ -372,6 +400,15 @@ class Client:
             return (backing_off * 2 + not_ready, connection.in_flight, 0)
 
         return sorted(ordered, key=rank)  # stable: ties keep the order above
+
+    def _may_connect_now(self, address: Address) -> bool:
+        connection = self._connections.get(address)
+        return connection is None or connection.ms_until_connect_allowed() <= 0
+
+    def _ms_until_connect_allowed(self) -> float:
+        """How long until the first connection in its reconnect backoff may try again."""
+        waits = [c.ms_until_connect_allowed() for c in self._connections.values()]
+        return min((w for w in waits if w > 0), default=0.0)
 
     def _check_open(self) -> None:
         if self._closed:

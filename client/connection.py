@@ -51,6 +51,7 @@ from client.errors import (
     ConnectionFailedError,
     ConnectionLostError,
     RequestTimeoutError,
+    os_error_reason,
 )
 from client.gate import Gate
 from runtime.clock import NS_PER_MS, Alarm, Clock
@@ -240,13 +241,15 @@ class BrokerConnection:
             if wait_ms > 0:
                 await self._clock.sleep(wait_ms / 1000)
             await self._drain_reader()  # the previous stream's reader, if any, must be gone
+            setup_timeout_ms = self._config.socket_connection_setup_timeout_ms
             try:
                 stream = await self._transport.connect(
-                    self.address, timeout_s=self._config.socket_connection_setup_timeout_ms / 1000
+                    self.address, timeout_s=setup_timeout_ms / 1000
                 )
             except (OSError, TimeoutError) as exc:
                 self._attempt_failed()
-                raise ConnectionFailedError(f"cannot connect to {self.address}: {exc!r}") from exc
+                reason = os_error_reason(exc, timeout_ms=setup_timeout_ms)
+                raise ConnectionFailedError(f"cannot connect to {self.address}: {reason}") from exc
             self._start_stream(stream)
             if self._authenticator is not None:
                 await self._authenticate()
@@ -269,7 +272,7 @@ class BrokerConnection:
         except (ConnectionLostError, RequestTimeoutError, ProtocolError) as exc:
             self._attempt_failed()
             self._fail_stream(ConnectionLostError(f"authentication with {self.address} broke"))
-            raise ConnectionFailedError(f"authentication with {self.address}: {exc!r}") from exc
+            raise ConnectionFailedError(f"authentication with {self.address}: {exc}") from exc
 
     def _attempt_failed(self) -> None:
         delay_ms = self._backoff.delay_ms(self._failed_attempts, self._rng)
@@ -425,7 +428,8 @@ class BrokerConnection:
         except Exception as exc:
             # A transport bug must not leave callers waiting forever on a dead reader.
             _log.exception("reader of %s failed", self.address)
-            error = ConnectionLostError(f"connection to {self.address} failed: {exc!r}")
+            reason = os_error_reason(exc)
+            error = ConnectionLostError(f"connection to {self.address} failed: {reason}")
         finally:
             # Runs on cancellation too: the stream must not outlive its reader.
             with contextlib.suppress(Exception):

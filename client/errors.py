@@ -3,12 +3,20 @@
 Broker answers come back as `wire.errors.KafkaError` (an error code); everything the client
 itself detects is one of the `ClientError` subclasses below. `is_retriable()` says whether
 sending the same request again may succeed: retriable Kafka codes, failed or lost connections
-and request timeouts. `invalidates_metadata()` says whether the client should also refresh its
-metadata first, because the error means it talked to the wrong broker (Kafka's
-`InvalidMetadataException` family) or lost the broker altogether.
+(also none of the brokers reachable: Kafka's clients keep trying their bootstrap list, with
+reconnect.backoff.ms between attempts, until the caller's timeout) and request timeouts.
+`invalidates_metadata()` says whether the client should also refresh its metadata first,
+because the error means it talked to the wrong broker (Kafka's `InvalidMetadataException`
+family) or lost the broker altogether.
+
+`error_reason()` and `os_error_reason()` put an error in the words a message shows a user: the
+Kafka error code's name with its detail, or the operating system's words for a failed
+connection, never a Python repr.
 """
 
 from __future__ import annotations
+
+import os
 
 from wire.errors import ErrorCode, KafkaError
 
@@ -47,7 +55,13 @@ class NoBrokersAvailableError(ClientError, ConnectionError):
 
 
 class DeliveryTimeoutError(ClientError, TimeoutError):
-    """A request (or record) could not be completed within its delivery timeout."""
+    """A request (or record) could not be completed within its delivery timeout. The last
+    error it met is its `__cause__` and is named in its message; `topic` is the records'
+    topic when the error is a producer's (so a message can say where to look)."""
+
+    def __init__(self, message: str, *, topic: str | None = None) -> None:
+        super().__init__(message)
+        self.topic = topic
 
 
 # Kafka's InvalidMetadataException subclasses: the client's idea of who leads is wrong.
@@ -69,6 +83,7 @@ _METADATA_CODES = frozenset(
 _RETRIABLE_CLIENT_ERRORS = (
     ConnectionFailedError,
     ConnectionLostError,
+    NoBrokersAvailableError,
     RequestTimeoutError,
     UnknownBrokerError,
 )
@@ -88,6 +103,27 @@ def invalidates_metadata(exc: BaseException) -> bool:
     if isinstance(exc, KafkaError):
         return exc.code in _METADATA_CODES
     return isinstance(exc, _RETRIABLE_CLIENT_ERRORS)
+
+
+def error_reason(exc: BaseException) -> str:
+    """`exc` as the reason in a message: `CODE (detail)` for a Kafka error, the client's own
+    words otherwise (its connection errors already carry the operating system's)."""
+    if isinstance(exc, KafkaError):
+        return exc.code.name if not exc.message else f"{exc.code.name} ({exc.message})"
+    return str(exc) or type(exc).__name__
+
+
+def os_error_reason(exc: BaseException, *, timeout_ms: float | None = None) -> str:
+    """Why a connection could not be opened, in the operating system's words ("connection
+    refused"); a timeout says how long it waited when `timeout_ms` is given."""
+    if isinstance(exc, TimeoutError) and exc.errno is None:
+        return "timed out" if timeout_ms is None else f"no answer within {timeout_ms:.0f} ms"
+    if isinstance(exc, OSError) and isinstance(exc.errno, int) and exc.errno > 0:
+        # The errno's words: asyncio's own strerror is "Connect call failed ('host', port)".
+        return os.strerror(exc.errno).lower()
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()  # a resolver error (negative errno): "name or service..."
+    return str(exc) or type(exc).__name__
 
 
 # -- transactions (client/transactions.py) ---------------------------------------------------------

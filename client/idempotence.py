@@ -60,7 +60,7 @@ from typing import Final
 
 from client.accumulator import ProducerBatch
 from client.client import Client
-from client.errors import DeliveryTimeoutError, ProducerFencedError
+from client.errors import DeliveryTimeoutError, ProducerFencedError, error_reason
 from runtime.net.backoff import ExponentialBackoff
 from wire.errors import ErrorCode, KafkaError
 from wire.messages import (
@@ -224,10 +224,12 @@ class IdempotenceManager:
     def no_producer_id_error(self, batch: ProducerBatch, delivery_timeout_ms: int) -> Exception:
         """The error for a batch that expired before the producer had an id, naming why."""
         last = self.last_init_error
+        reason = "none yet" if last is None else error_reason(last)
         error = DeliveryTimeoutError(
             f"{len(batch.records)} record(s) for {batch.tp} not sent within "
-            f"delivery.timeout.ms={delivery_timeout_ms}: the idempotent producer has no "
-            f"producer id (last InitProducerId error: {last})"
+            f"delivery.timeout.ms ({delivery_timeout_ms} ms): the idempotent producer has no "
+            f"producer id (last InitProducerId error: {reason})",
+            topic=batch.tp.topic,
         )
         error.__cause__ = last
         return error

@@ -33,10 +33,6 @@ HEADER_OVERHEAD_BYTES = 5 + 5
 Headers = tuple[tuple[str, bytes | None], ...]
 
 
-class DeliveryTimeoutError(TimeoutError):
-    """A record was not acknowledged within delivery.timeout.ms."""
-
-
 class RecordMetadata(NamedTuple):
     """Where an acknowledged record landed. `offset` is -1 with acks=0 (nothing came back).
 
@@ -124,6 +120,7 @@ class ProducerBatch:
         "base_sequence",
         "created_ms",
         "encoded",
+        "last_error",
         "node_id",
         "on_done",
         "order",
@@ -162,6 +159,9 @@ class ProducerBatch:
         self.order = order
         # The broker the batch was last sent to (None before its first send).
         self.node_id: int | None = None
+        # The last retriable error the batch met (a refusal, a lost connection, no leader to
+        # send to), named when it runs out of delivery.timeout.ms. Set only on errors.
+        self.last_error: BaseException | None = None
         # Called once, when every record's future is resolved (the accumulator's buffer
         # release).
         self.on_done = on_done

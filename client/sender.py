@@ -18,7 +18,9 @@ puts the batch back into its partition's queue (by creation order) after retry.b
 (exponential, capped by retry.backoff.max.ms) and, when the error says the leader moved,
 refreshes metadata first; anything else, or running out of delivery.timeout.ms, fails the
 batch's futures. With acks=0 the broker sends no response: futures complete with offset -1 as
-soon as the request was written.
+soon as the request was written. A batch keeps the last retriable error it met, or why its
+partition has no leader to send to (`ProducerBatch.last_error`, set only on those error paths),
+and its delivery-timeout error names it: "... last error: LEADER_NOT_AVAILABLE (...)".
 
 In flight (max.in.flight.requests.per.connection, the client's setting, Kafka's default 5).
 Requests to one broker share its connection, which keeps up to that many outstanding
@@ -79,13 +81,19 @@ from collections.abc import Sequence
 from client.accumulator import ProducerBatch, RecordAccumulator, RecordMetadata
 from client.client import Client
 from client.config import ProducerConfig
-from client.errors import DeliveryTimeoutError, invalidates_metadata, is_retriable
+from client.errors import (
+    DeliveryTimeoutError,
+    error_reason,
+    invalidates_metadata,
+    is_retriable,
+)
 from client.idempotence import (
     FENCING_ERRORS,
     SEQUENCE_ERRORS,
     IdempotenceManager,
     ProducerIdAndEpoch,
 )
+from client.metadata import NO_LEADER, ClusterView
 from client.transactions import TransactionManager
 from runtime.clock import NS_PER_MS
 from runtime.net.backoff import ExponentialBackoff
@@ -150,6 +158,9 @@ class Sender:
         self._acked: dict[TopicPartition, ProducerIdAndEpoch] = {}
         # Set by the producer once close() stops waiting: no more retries.
         self.closed = False
+        # Why the last metadata refresh failed (None once one succeeds): the reason a batch
+        # that finds no leader gives, since the cached metadata is then stale.
+        self._refresh_error: Exception | None = None
 
     def wake(self) -> None:
         """Something to send: start the sender task if need be, and wake it."""
@@ -233,11 +244,14 @@ class Sender:
 
     def _expire(self, now_ms: int) -> None:
         idempotence = self._idempotence
+        # A partition's batches met the same trouble: one that never reached the queue's
+        # head (where errors are noted) gives the reason of the one before it.
+        last_errors: dict[TopicPartition, BaseException] = {}
         for batch in self._accumulator.expire(now_ms):
-            error: Exception = DeliveryTimeoutError(
-                f"{len(batch)} record(s) for {batch.tp} not acknowledged within "
-                f"delivery.timeout.ms={self._config.delivery_timeout_ms}"
-            )
+            last = batch.last_error or last_errors.get(batch.tp)
+            if last is not None:
+                last_errors[batch.tp] = last
+            error: Exception = self._timeout_error(batch, last)
             if self._transactions is not None:
                 self._transactions.batch_failed(batch.has_sequence, error)
             elif idempotence is not None:
@@ -270,6 +284,7 @@ class Sender:
             leader = view.leader(tp)
             if leader is None:
                 leaderless = True
+                self._note_no_leader(tp, view)
                 continue
             if self._accumulator.in_flight(tp) and not self._may_pipeline(tp, leader.node_id):
                 continue
@@ -288,6 +303,27 @@ class Sender:
                 self._requests[task] = None
                 task.add_done_callback(self._request_done)
         return sent, leaderless
+
+    def _note_no_leader(self, tp: TopicPartition, view: ClusterView) -> None:
+        """Note on `tp`'s first batch why it cannot go now (an error path: it waits)."""
+        head = self._accumulator.head(tp)
+        if head is None:
+            return
+        info = view.partition(tp)
+        if self._refresh_error is not None:
+            head.last_error = self._refresh_error  # the metadata is stale: this is the cause
+        elif info is None:
+            head.last_error = KafkaError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"partition {tp} is not in the metadata"
+            )
+        elif info.leader_id == NO_LEADER:
+            code = info.error or ErrorCode.LEADER_NOT_AVAILABLE
+            head.last_error = KafkaError(code, f"partition {tp} has no leader")
+        else:
+            head.last_error = KafkaError(
+                ErrorCode.LEADER_NOT_AVAILABLE,
+                f"the leader of {tp}, broker {info.leader_id}, is not among the live brokers",
+            )
 
     def _may_pipeline(self, tp: TopicPartition, leader: int) -> bool:
         """Whether a fresh batch may follow `tp`'s batches in flight (conditions (a) to (c) of
@@ -355,8 +391,10 @@ class Sender:
         async def refresh() -> None:
             try:
                 await self._client.refresh_metadata()
+                self._refresh_error = None
             except Exception as exc:  # retried on the next pass of the sender
                 _log.debug("metadata refresh for the producer failed: %s", exc)
+                self._refresh_error = exc
             finally:
                 self._refresh = None
                 self._wakeup.set()
@@ -455,6 +493,7 @@ class Sender:
             if invalidates_metadata(error):
                 self._client.metadata.request_update()
             _log.debug("retrying %s after %s (attempt %d)", batch.tp, error, batch.attempts)
+            batch.last_error = error
             self._accumulator.reenqueue(batch, now_ms + round(delay_ms))
             return
         rejected = isinstance(error, KafkaError) and not error.retriable
@@ -470,14 +509,23 @@ class Sender:
         elif self._idempotence is not None:
             self._idempotence.batch_failed(batch, rejected=rejected)
         if timed_out:
-            timeout = DeliveryTimeoutError(
-                f"{batch.tp}: not acknowledged within delivery.timeout.ms "
-                f"({batch.attempts} attempts): {error}"
-            )
-            timeout.__cause__ = error
-            error = timeout
+            error = self._timeout_error(batch, error)
         self._accumulator.settled(batch)
         batch.fail(error)
+
+    def _timeout_error(
+        self, batch: ProducerBatch, last: BaseException | None
+    ) -> DeliveryTimeoutError:
+        """`batch` ran out of delivery.timeout.ms: the error names `last`, the last error it
+        met, and has it as its cause."""
+        reason = "" if last is None else f"; last error: {error_reason(last)}"
+        error = DeliveryTimeoutError(
+            f"{len(batch)} record(s) for {batch.tp} not acknowledged within delivery.timeout.ms "
+            f"({self._config.delivery_timeout_ms} ms, {batch.attempts} attempt(s)){reason}",
+            topic=batch.tp.topic,
+        )
+        error.__cause__ = last
+        return error
 
     def _settle_idempotent(self, batch: ProducerBatch, error: BaseException) -> bool:
         """What idempotence changes about a failed batch; True when the batch is dealt with."""

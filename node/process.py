@@ -15,12 +15,22 @@ Surrounding whitespace is not part of it (a file written by `echo` or `openssl r
 in a newline). A secret shorter than runtime.net.auth.MIN_SECRET_BYTES is refused; one readable
 by others than its owner is used with a warning.
 
+Exit codes. 0 after a signal and a clean stop; 1 for a failure a restart may cure (see the run
+loop); 2 for a command line argparse refuses; EXIT_CONFIG (78, sysexits' EX_CONFIG) for a
+configuration the node refuses: a property no node knows or with a bad value (node/config_check.py
+checks them all before anything starts and prints one line per problem, `ketch broker: <file>:
+"key" = value: reason`), an unreadable config file, no usable cluster secret, or a node the
+cluster refuses for its configuration (a broker of another cluster, INCONSISTENT_CLUSTER_ID).
+Restarting such a node cannot help, so a supervisor stops restarting it on that code
+(cli/up/supervisor.py does).
+
 The run loop. `serve` starts the node, then waits for SIGTERM / SIGINT or for the node's
 `failed` event (a fatal error inside it, e.g. the controller's metadata log). A signal stops the
 node cleanly and exits 0; a failure stops what is left of it and exits 1, so a supervisor
 (`ketch up`, compose's `restart`) restarts the process and the restart replays what is really on
-disk. A second signal while stopping is logged and otherwise ignored, so the clean stop is not cut
-short. A node that cannot start (port taken, directory locked) exits 1.
+disk, unless `refused` gives a reason: the node was refused for its configuration, and it exits
+EXIT_CONFIG. A second signal while stopping is logged and otherwise ignored, so the clean stop
+is not cut short. A node that cannot start (port taken, directory locked) exits 1.
 
 Ownership: `run` owns the event loop; the signal handlers run on the loop thread and only set an
 event the serving coroutine waits on, so nothing here needs a lock.
@@ -48,7 +58,11 @@ S = TypeVar("S", bound="NodeSettings")
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
+# sysexits.h's EX_CONFIG: the node refuses its configuration, and a restart would refuse it again.
+EXIT_CONFIG: Final = 78
 SECRET_FILE_NAME: Final = "cluster.secret"
+# In the log line of a node the cluster refused for its configuration (see `serve`).
+_REFUSED_MARK: Final = "configuration refused:"
 _SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -135,10 +149,12 @@ async def serve(
     name: str,
     failed: asyncio.Event | None = None,
     started: Callable[[], None] | None = None,
+    refused: Callable[[], str | None] | None = None,
 ) -> int:
     """Run `node` until SIGTERM / SIGINT (then stop it cleanly: exit 0) or until `failed` is
-    set (then stop what is left: exit 1). `started` runs once the node is up (to log where it
-    listens: a port 0 is only known then)."""
+    set (then stop what is left: exit 1, or EXIT_CONFIG when `refused` gives the reason the
+    node was refused for its configuration). `started` runs once the node is up (to log where
+    it listens: a port 0 is only known then)."""
     loop = asyncio.get_running_loop()
     stopping = asyncio.Event()
 
@@ -160,10 +176,15 @@ async def serve(
             return EXIT_FAILED
         if started is not None:
             started()
-        return await _wait_then_stop(node, name, stopping, failed)
+        code = await _wait_then_stop(node, name, stopping, failed)
     finally:
         for signum in _SIGNALS:
             loop.remove_signal_handler(signum)
+    reason = None if code != EXIT_FAILED or refused is None else refused()
+    if reason is None:
+        return code
+    log.critical("%s: %s %s", name, _REFUSED_MARK, reason)
+    return EXIT_CONFIG
 
 
 async def _wait_then_stop(
@@ -190,9 +211,6 @@ class NodeSettings(Protocol):
     """What `node_main` reads of a node's settings besides serving them."""
 
     @property
-    def unknown(self) -> Sequence[str]: ...
-
-    @property
     def secret_file(self) -> Path: ...
 
 
@@ -204,8 +222,9 @@ def node_main(
     settings_from_args: Callable[[argparse.Namespace], S],
     serve_node: Callable[[S], Coroutine[Any, Any, int]],
 ) -> int:
-    """The whole `main` of a node command: parse, resolve the settings (a bad config or secret
-    is a usage error, exit 2), warn about unknown property names, then serve until a signal."""
+    """The whole `main` of a node command: parse (argparse's usage error: exit 2), resolve and
+    check the settings (a configuration the node refuses, or no secret: one line per problem,
+    exit EXIT_CONFIG), then serve until a signal."""
     args = parse_args(parser, argv)
     if isinstance(args, int):
         return args
@@ -213,12 +232,23 @@ def node_main(
     try:
         settings = settings_from_args(args)
     except ConfigError as exc:
-        print(f"ketch {command}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    for message in settings.unknown:
-        log.warning("%s: ignored", message)
+        for line in str(exc).splitlines():
+            print(f"{config_error_prefix(command)}{line}", file=sys.stderr)
+        return EXIT_CONFIG
     log.info("cluster secret from %s", settings.secret_file)
     return run(serve_node(settings))
+
+
+def config_error_prefix(command: str) -> str:
+    """What begins each line `ketch <command>` prints for a configuration it refuses."""
+    return f"ketch {command}: "
+
+
+def config_error_lines(lines: Sequence[str], command: str) -> list[str]:
+    """The lines of a node's output (its log) that say why it refused its configuration:
+    `node_main`'s own, and `serve`'s when the cluster refused the node."""
+    prefix = config_error_prefix(command)
+    return [line for line in lines if line.startswith(prefix) or _REFUSED_MARK in line]
 
 
 def run(main: Coroutine[Any, Any, int]) -> int:

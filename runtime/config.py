@@ -78,15 +78,23 @@ class EffectiveConfig:
     def unknown(self, known: Iterable[str]) -> list[str]:
         """Keys from the file or flags that are not in `known`, each with a suggestion when a
         known name is close (a typo otherwise silently leaves the default in force)."""
-        names = set(known)
         messages = []
+        for key, close in self.unknown_keys(known):
+            hint = f" (did you mean {close!r}?)" if close else ""
+            messages.append(f"unknown property {key!r}{hint}")
+        return messages
+
+    def unknown_keys(self, known: Iterable[str]) -> list[tuple[str, str | None]]:
+        """(key, the closest known name or None) for each key from the file or flags that is
+        not in `known`, sorted by key."""
+        names = sorted(set(known))
+        found = []
         for key in sorted(self.settings):
             if key in names or self.settings[key].source is Source.DEFAULT:
                 continue
-            close = difflib.get_close_matches(key, sorted(names), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            messages.append(f"unknown property {key!r}{hint}")
-        return messages
+            close = difflib.get_close_matches(key, names, n=1)
+            found.append((key, close[0] if close else None))
+        return found
 
     def render(self) -> str:
         """One TOML line per setting, sorted, with its source as a comment; the output is
@@ -94,9 +102,7 @@ class EffectiveConfig:
         lines = []
         for key in sorted(self.settings):
             setting = self.settings[key]
-            lines.append(
-                f"{_toml_key(key)} = {_toml_value(setting.value)}  # {setting.source.value}"
-            )
+            lines.append(f"{toml_key(key)} = {toml_value(setting.value)}  # {setting.source.value}")
         return "\n".join(lines) + ("\n" if lines else "")
 
 
@@ -168,14 +174,16 @@ def resolve(
     return EffectiveConfig(dict(sorted(settings.items())), file)
 
 
-def _toml_key(key: str) -> str:
+def toml_key(key: str) -> str:
+    """`key` as a quoted TOML key, as a config file writes a Kafka property name."""
     # A JSON string is a valid TOML basic string (same escapes, \uXXXX included).
     return json.dumps(key, ensure_ascii=False)
 
 
-def _toml_value(value: Value) -> str:
+def toml_value(value: Value) -> str:
+    """`value` as TOML writes it: a config file's own spelling of a value it holds."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
         return repr(value)
-    return _toml_key(value)  # a basic string, escaped the same way as a key
+    return toml_key(value)  # a basic string, escaped the same way as a key

@@ -17,6 +17,10 @@ The value is converted by the field's type; checking the value's range is left t
                 `retention_ms`), consulted in order only when none of the names is given
     "parse"     `(key, raw) -> value`, for a type the reader does not convert itself
 
+A value that cannot be converted is a `PropertyValueError` (a ValueError) carrying the key, the
+raw value and the reason in a user's words ("not an integer"), so a caller that reports
+configuration problems (node/config_check.py) can name all three without parsing the text.
+
 A field's annotation must resolve at run time (`typing.get_type_hints`), which rules out names
 imported only under TYPE_CHECKING. The functions here are pure; a class's reading plan is
 computed once and cached.
@@ -47,13 +51,25 @@ PARSE: Final = "parse"
 NOT_A_PROPERTY: Final[Mapping[str, object]] = types.MappingProxyType({PROPERTY: None})
 
 
+class PropertyValueError(ValueError):
+    """A property's value that cannot be read as its type: `reason` says why in a user's words
+    ("not an integer"); the text is `key: expected ..., got raw`."""
+
+    def __init__(self, key: str, raw: object, expected: str, reason: str) -> None:
+        super().__init__(f"{key}: expected {expected}, got {raw!r}")
+        self.key = key
+        self.raw = raw
+        self.reason = reason
+
+
 def parse_int(key: str, raw: object) -> int:
     if isinstance(raw, bool) or not isinstance(raw, int | str):
-        raise ValueError(f"{key}: expected an integer, got {raw!r}")
+        raise PropertyValueError(key, raw, "an integer", "not an integer")
     try:
         return int(raw)
     except ValueError:
-        raise ValueError(f"{key}: expected an integer, got {raw!r}") from None
+        # Python's own text ("invalid literal for int() with base 10") means nothing to a user.
+        raise PropertyValueError(key, raw, "an integer", "not an integer") from None
 
 
 def parse_bool(key: str, raw: object) -> bool:
@@ -61,17 +77,17 @@ def parse_bool(key: str, raw: object) -> bool:
         return raw
     if isinstance(raw, str) and raw.strip().lower() in ("true", "false"):
         return raw.strip().lower() == "true"
-    raise ValueError(f"{key}: expected true or false, got {raw!r}")
+    raise PropertyValueError(key, raw, "true or false", "not true or false")
 
 
 def parse_float(key: str, raw: object) -> float:
     # A bool is refused here too: True is an int to Python, never a number in a config.
     if isinstance(raw, bool) or not isinstance(raw, int | float | str):
-        raise ValueError(f"{key}: expected a number, got {raw!r}")
+        raise PropertyValueError(key, raw, "a number", "not a number")
     try:
         return float(raw)
     except ValueError:
-        raise ValueError(f"{key}: expected a number, got {raw!r}") from None
+        raise PropertyValueError(key, raw, "a number", "not a number") from None
 
 
 def parse_str(key: str, raw: object) -> str:
@@ -160,6 +176,16 @@ def property_names(cls: type[DataclassInstance]) -> dict[str, tuple[str, ...]]:
     """Field name -> the property names that set it, in order of precedence (the scaled ones
     not included); fields no property sets are left out."""
     return {plan.name: plan.names for plan in _plan(cls)}
+
+
+def property_synonyms(cls: type[DataclassInstance]) -> dict[str, frozenset[str]]:
+    """Each name that sets a field of `cls` (scaled ones included) -> every name that sets the
+    same field, itself included: Kafka's config synonyms (log.retention.ms, .minutes, .hours)."""
+    synonyms: dict[str, frozenset[str]] = {}
+    for plan in _plan(cls):
+        names = frozenset(plan.all_names())
+        synonyms.update(dict.fromkeys(names, names))
+    return synonyms
 
 
 def _read(

@@ -13,7 +13,14 @@ A cluster of one or two brokers also passes the lowered internal-topic replicati
 `node.layout.sized_properties` as flags, except for the keys the config file sets (read here,
 so a file that is not valid TOML is a usage error before anything starts).
 
-Functions of the arguments: nothing here starts a process or touches the data dir.
+Every node's configuration is checked here too (`config_problems`), before anything starts: each
+node's command line is read as that node reads it (its parser and `effective_from_args`) and
+checked with its role's check (node/config_check.py), the one the node runs at start. So a bad
+value or an unknown name in the file is one usage error naming the file, the key, the value and
+why, not a node that exits and is restarted.
+
+Functions of the arguments and the config file: nothing here starts a process or touches the
+data dir.
 """
 
 from __future__ import annotations
@@ -136,7 +143,30 @@ def options_from_args(args: argparse.Namespace) -> UpOptions | str:
     options = UpOptions(
         args.brokers, args.data_dir.resolve(), args.port, args.kafka_port, config, configured
     )
-    return _port_overlap(options) or options
+    return _port_overlap(options) or "\n".join(config_problems(options)) or options
+
+
+def config_problems(options: UpOptions) -> list[str]:
+    """What the nodes would refuse in their configuration, one line per problem (a problem of
+    the shared file is reported once, not once per broker); empty when every node accepts it."""
+    # Imported here: every `ketch` command imports this module, only `ketch up` runs this.
+    from node.broker import main as broker_main
+    from node.config_check import Role, check
+    from node.controller import main as controller_main
+
+    controller, brokers = child_specs(options, Layout(options.data_dir))
+    found: dict[str, None] = {}  # an ordered set
+    for spec in (controller, *brokers):
+        is_broker = spec.broker_id is not None
+        module = broker_main if is_broker else controller_main
+        role = Role.BROKER if is_broker else Role.CONTROLLER
+        args = module.build_parser().parse_args(spec.args[1:])
+        try:
+            problems = [str(p) for p in check(module.effective_from_args(args), [role])]
+        except ConfigError as exc:
+            problems = [str(exc)]
+        found.update(dict.fromkeys(problems))
+    return list(found)
 
 
 def _port_overlap(options: UpOptions) -> str | None:

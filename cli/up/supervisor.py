@@ -11,6 +11,9 @@ killed, Linux sends each child SIGTERM (PR_SET_PDEATHSIG), so no node outlives i
 ports and log-dir locks the next `ketch up` needs.
 
 Lifecycle:
+  0. Check every node's configuration as the node will check it (the config file and the flags
+     `ketch up` gives it, cli/up/options.py): a problem is a usage error, exit 2, one line per
+     problem, and nothing starts.
   1. Prepare the layout (the secret is created once) and refuse to start when another
      supervisor already serves this data dir.
   2. Start the controller, then the brokers, and serve the control socket (cli/up/control.py).
@@ -21,9 +24,13 @@ Lifecycle:
      stopping changes nothing; a child that does not exit within STOP_TIMEOUT_S is killed.
 A child that exits while it should run is reported and restarted after a backoff (doubling from
 RESTART_BACKOFF_S up to RESTART_BACKOFF_MAX_S, reset after it ran for STABLE_RUN_S), unless the
-cluster is stopping or the broker was stopped by `ketch cluster shutdown-broker`. Running
-`ketch up` again on the same data dir restarts the same nodes on the same directories, so the
-controller replays its metadata log and the brokers recover their logs.
+cluster is stopping or the broker was stopped by `ketch cluster shutdown-broker`. A child that
+exits with EXIT_CONFIG (node/process.py: it refuses its configuration, or the cluster refused it
+as one of another cluster) would refuse it again: it is not restarted; its reason and the last
+lines of its log are printed (cli/up/report.py), the other nodes are stopped in order and
+`ketch up` exits EXIT_CONFIG. Running `ketch up` again on the same data dir restarts the same
+nodes on the same directories, so the controller replays its metadata log and the brokers
+recover their logs.
 
 Each child's state is a small machine (cli/up/child.py).
 
@@ -48,7 +55,6 @@ from collections.abc import Sequence
 from typing import Final
 
 from rich.console import Console
-from rich.table import Table
 
 from cli.up.child import Child, ChildState, describe_exit, die_with_parent
 from cli.up.control import (
@@ -65,10 +71,12 @@ from cli.up.control import (
     supervisor_running,
 )
 from cli.up.options import UpOptions, add_up_arguments, child_specs, options_from_args
+from cli.up.report import refusal_report, start_line, status_table
 from client.client import Client
 from client.config import ClientConfig
 from client.errors import ClientError
 from node.layout import Layout, NodeEntry, cluster_document, write_json_atomically
+from node.process import EXIT_CONFIG
 from runtime.clock import SystemClock
 from runtime.net.tcp import TcpTransport, new_event_loop
 from runtime.net.transport import Address
@@ -105,6 +113,7 @@ class Supervisor:
         self.stopping = asyncio.Event()
         self.ready = False
         self.controller_id = -1  # from DescribeCluster once ready
+        self.failure: int | None = None  # the exit code once a node refused its configuration
         self._control_lock = asyncio.Lock()
         self._server: asyncio.AbstractServer | None = None
 
@@ -126,7 +135,7 @@ class Supervisor:
                 self._print_status()
                 self._publish()
                 await self.stopping.wait()
-            return code
+            return code if self.failure is None else self.failure
         finally:
             await self._shutdown()
             self._remove_signal_handlers()
@@ -208,6 +217,10 @@ class Supervisor:
                 child.move(ChildState.DOWN)
                 self._publish()
                 return
+            if code == EXIT_CONFIG:
+                child.move(ChildState.DOWN)
+                self._refused(child)
+                return
             ran_s = time.monotonic() - started
             if ran_s >= STABLE_RUN_S:
                 backoff_s = RESTART_BACKOFF_S
@@ -225,12 +238,18 @@ class Supervisor:
                 return
             child.restarts += 1
 
+    def _refused(self, child: Child) -> None:
+        """A node refused its configuration: a restart would too, so the cluster stops."""
+        for line in refusal_report(child):
+            self.console.print(line)
+        self.failure = EXIT_CONFIG
+        self.stopping.set()
+
     async def _run_once(self, child: Child) -> int | None:
         """Spawn the child and wait for its exit; its exit code, None when it could not start."""
         spec = child.spec
         with spec.log_file.open("ab") as out:
-            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-            out.write(f"--- ketch up: starting {spec.node} at {stamp}\n".encode())
+            out.write(start_line(spec.node, time.strftime("%Y-%m-%d %H:%M:%S")).encode())
             out.flush()
             try:
                 process = await asyncio.create_subprocess_exec(
@@ -342,24 +361,8 @@ class Supervisor:
         )
 
     def _print_status(self) -> None:
-        table = Table(title=f"ketch cluster at {self.layout.root}")
-        for column in ("node", "id", "pid", "listener", "kafka", "state", "data dir", "log"):
-            table.add_column(column, no_wrap=True)
-        rows = [(self.controller, self.controller_id, self.layout.controller_dir)]
-        rows += [(c, i, self.layout.broker_dir(i)) for i, c in sorted(self.brokers.items())]
-        for child, node_id, data_dir in rows:
-            table.add_row(
-                child.spec.node,
-                str(node_id),
-                str(child.pid or "-"),
-                str(child.spec.address),
-                "-" if child.spec.kafka_address is None else str(child.spec.kafka_address.port),
-                child.state.value,
-                # Relative to the title's directory: short enough for an 80-column terminal.
-                f"{data_dir.relative_to(self.layout.root)}/",
-                str(child.spec.log_file.relative_to(self.layout.root)),
-            )
-        self.console.print(table)
+        brokers = sorted(self.brokers.items())
+        self.console.print(status_table(self.layout, self.controller, self.controller_id, brokers))
         first = self.brokers[min(self.brokers)].spec
         kafka = "" if first.kafka_address is None else f", Kafka clients {first.kafka_address}"
         self.console.print(
@@ -451,7 +454,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def command(args: argparse.Namespace) -> int:
     options = options_from_args(args)
     if isinstance(options, str):
-        print(f"ketch up: {options}", file=sys.stderr)
+        for line in options.splitlines():
+            print(f"ketch up: {line}", file=sys.stderr)
         return EXIT_USAGE
     return run(options)
 

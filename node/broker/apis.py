@@ -45,7 +45,7 @@ from actors.replication.replica_manager_messages import (
 from actors.replication.request_path import RequestPath
 from node.broker.auto_topics import AutoTopicCreationManager
 from node.broker.config import KAFKA_LISTENER
-from node.broker.describe_configs import TopicConfigSource, describe_configs
+from node.broker.describe_configs import BrokerConfigSource, TopicConfigSource, describe_configs
 from node.broker.forwarder import ControllerForwarder
 from node.broker.groups import BrokerGroups
 from node.broker.producer_ids import ProducerIdManager
@@ -143,6 +143,7 @@ class BrokerApis:
         groups: BrokerGroups,
         producer_ids: ProducerIdManager,
         topic_configs: TopicConfigSource,
+        broker_configs: BrokerConfigSource | None = None,
     ) -> None:
         self._broker_id = broker_id
         self._cluster_id = cluster_id
@@ -153,6 +154,7 @@ class BrokerApis:
         self._groups = groups
         self._producer_ids = producer_ids
         self._topic_configs = topic_configs
+        self._broker_configs = broker_configs
 
     def table(self) -> dict[int, Handler]:
         return {
@@ -355,7 +357,7 @@ class BrokerApis:
     async def describe_configs(
         self, request: DescribeConfigsRequest, ctx: RequestContext
     ) -> DescribeConfigsResponse:
-        return describe_configs(request, self._topic_configs)
+        return describe_configs(request, self._topic_configs, self._broker_configs)
 
     # -- consumer groups --------------------------------------------------------------------------
 

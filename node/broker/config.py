@@ -33,7 +33,12 @@ auto.create.topics.enable, num.partitions, default.replication.factor.
 
 The value is immutable: a node is configured once, at construction. The listener rules are
 Kafka's (KafkaConfig's listener validation): a bad combination is refused here, when the
-configuration is read, not when a client finds an unreachable address in Metadata.
+configuration is read, not when a client finds an unreachable address in Metadata; so is a
+min.insync.replicas below 1, which the partitions would otherwise refuse only once they exist.
+
+`originals` keeps the names of the properties the config was read from (Kafka's
+AbstractConfig.originals()): with `property_values(config)`, the value of every property the
+broker reads, it is what DescribeConfigs of the broker lists (node/broker/describe_configs.py).
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from runtime.net.server import ServerConfig
 from runtime.net.tcp import parse_source_host
 from runtime.net.transport import Address
 from runtime.properties import (
+    NOT_A_PROPERTY,
     config_from_properties,
     defaults_by_property,
     int_property,
@@ -175,6 +181,9 @@ class BrokerConfig:
     groups: GroupCoordinatorConfig = field(default_factory=GroupCoordinatorConfig)
     # The transaction coordinator (transaction.* keys, actors/transactions/config.py).
     transactions: TransactionConfig = field(default_factory=TransactionConfig)
+    # The names of the properties this config was read from (see the module docstring); not
+    # compared: two configs that set the same values are equal however they were given.
+    originals: frozenset[str] = field(default=frozenset(), compare=False, metadata=NOT_A_PROPERTY)
 
     def __post_init__(self) -> None:
         if self.broker_id < 0:
@@ -183,6 +192,8 @@ class BrokerConfig:
             raise ValueError(f"message.max.bytes must be >= 1: {self.message_max_bytes}")
         if self.replication is not None and self.replication.broker_id != self.broker_id:
             raise ValueError("replication settings are for another broker id")
+        # Built here for its checks (min.insync.replicas >= 1): each partition builds it anyway.
+        _ = self.replica_manager.partition_config
         if self.metrics_port != METRICS_DISABLED and not 0 <= self.metrics_port <= 65_535:
             raise ValueError(f"{METRICS_PORT_KEY} must be -1 (off) or 0..65535")
         _check_listeners(self.listeners, self.advertised_listeners)
@@ -244,6 +255,7 @@ class BrokerConfig:
             metrics_port=metrics_port(properties),
             groups=GroupCoordinatorConfig.from_properties(properties),
             transactions=TransactionConfig.from_properties(properties),
+            originals=frozenset(properties),
         )
 
 
@@ -279,18 +291,26 @@ _KEYS_WITHOUT_DEFAULT: Final = frozenset(
 def property_defaults() -> dict[str, bool | int | float | str]:
     """Every broker property this node reads, with the default its component applies; for
     `ketch config show` and for telling a mistyped name from a real one."""
-    log_manager = LogManagerConfig()
+    defaults = property_values(BrokerConfig(0))
+    for key in _KEYS_WITHOUT_DEFAULT:
+        defaults.pop(key, None)
+    # Kafka's default is null: every listener advertises where it is bound.
+    defaults[ADVERTISED_LISTENERS_KEY] = ""
+    return defaults
+
+
+def property_values(config: BrokerConfig) -> dict[str, bool | int | float | str]:
+    """Every broker property this node reads, with the value `config` uses (a property in a
+    coarser unit, such as log.retention.hours, is shown as the finer one it sets); the keys
+    without a default are listed only when `config` has a value for them."""
+    log_manager = config.log
     log_defaults = log_manager.default
-    replication = ReplicaManagerConfig(0)
-    fetcher = ReplicaFetcherConfig()
-    server = ServerConfig()
-    client = ClientConfig()
-    lifecycle = BrokerLifecycleConfig()
-    defaults: dict[str, bool | int | float | str] = {
-        LISTENERS_KEY: DEFAULT_LISTENERS,
-        # Kafka's default is null: every listener advertises where it is bound.
-        ADVERTISED_LISTENERS_KEY: "",
-        "message.max.bytes": DEFAULT_MESSAGE_MAX_BYTES,
+    replication = config.replica_manager
+    values: dict[str, bool | int | float | str] = {
+        "broker.id": config.broker_id,
+        LISTENERS_KEY: format_listeners(config.listeners),
+        ADVERTISED_LISTENERS_KEY: format_listeners(config.advertised_listeners),
+        "message.max.bytes": config.message_max_bytes,
         "log.dirs": ",".join(log_manager.log_dirs),
         "log.retention.check.interval.ms": log_manager.retention_check_interval_ms,
         "log.flush.scheduler.interval.ms": log_manager.flush_scheduler_interval_ms,
@@ -309,26 +329,32 @@ def property_defaults() -> dict[str, bool | int | float | str]:
             replication.high_watermark_checkpoint_interval_ms
         ),
         "min.insync.replicas": replication.min_insync_replicas,
-        METRICS_PORT_KEY: METRICS_DISABLED,
+        METRICS_PORT_KEY: config.metrics_port,
     }
+    if config.controller_address is not None:
+        values["controller.address"] = str(config.controller_address)
+    if config.connections_source_host is not None:
+        values["connections.source.host"] = config.connections_source_host
     for key, name in _BROKER_LOG_FIELDS.items():
-        defaults[key] = getattr(log_defaults, name)
+        values[key] = getattr(log_defaults, name)
     read_by_components = {}
     for component in (
-        fetcher,
-        server,
-        lifecycle,
-        AutoTopicCreationConfig(),
-        GroupCoordinatorConfig(),
-        TransactionConfig(),
+        config.fetcher,
+        config.server,
+        config.lifecycle,
+        config.auto_topics,
+        config.groups,
+        config.transactions,
     ):
         read_by_components.update(defaults_by_property(component))
-    client_defaults = defaults_by_property(client)
-    read_by_components.update({key: client_defaults[key] for key in _CLIENT_KEYS})
+    client_values = defaults_by_property(config.client)
+    read_by_components.update({key: client_values[key] for key in _CLIENT_KEYS})
     for key, value in read_by_components.items():
+        if value is None:
+            continue  # a setting without a value (the lifecycle's cluster.id when unset)
         assert isinstance(value, bool | int | float | str), (key, value)
-        defaults[key] = value
-    return dict(sorted(defaults.items()))
+        values[key] = value
+    return dict(sorted(values.items()))
 
 
 def known_properties() -> frozenset[str]:

@@ -14,7 +14,8 @@ in the manner of Kafka's KRaft `BrokerLifecycleManager` and of the ZooKeeper-era
   cluster.id, else its log dirs' meta.properties), or none on its first start. A broker of
   another cluster is refused with INCONSISTENT_CLUSTER_ID: that needs an operator (the broker
   was pointed at the wrong controller, or its log dir is another cluster's), so it does not
-  retry. It logs both ids and tells the node (`on_refused`), whose process exits 1, as Kafka
+  retry. It logs both ids and tells the node (`on_refused`), whose process exits with the
+  configuration-error code (node/process.py's EXIT_CONFIG: a restart cannot cure it), as Kafka
   refuses to start a broker whose meta.properties names another cluster. A broker that named
   none is told the controller's id in the answer and stores it (`on_cluster_id`, into its
   meta.properties) before anything else happens.

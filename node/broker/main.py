@@ -10,23 +10,28 @@ clients), `--controller` controller.address, and each `--set KEY=VALUE` any prop
 listener flags replace only their own entry: another entry of a `listeners` value from the file
 or `--set` (say, `kafka://0.0.0.0:19092`) stays. Where a listener is reached from outside (a
 container, NAT) `--set advertised.listeners=kafka://HOST:PORT` names the address the broker
-registers instead of the bound one (node/broker/config.py). A property name the
-broker does not read is logged as a warning with the nearest known name (a typo would otherwise
-leave a default in force silently); it is not an error, because one file may configure the
-controller and the brokers alike (`ketch up --config`), as Kafka warns and goes on.
+registers instead of the bound one (node/broker/config.py). Every property is checked before
+anything starts (node/config_check.py): a name no node reads (a typo would otherwise leave a
+default in force silently; the controller's names are fine, since one file may configure the
+controller and the brokers alike, `ketch up --config`), a value of the wrong type or out of
+range. Each problem is one line naming the file or flag, the key, the value and why, and the
+exit code is EXIT_CONFIG (78).
 
 `--data-dir` is this broker's log directory. In the layout `ketch up` creates it is
 `<cluster dir>/broker-<id>/`, next to `<cluster dir>/cluster.secret` (DESIGN.md). The cluster
 credential is read from `--secret-file`, else `D/cluster.secret`, else `D/../cluster.secret`;
-without one the broker cannot talk to the controller, so that is a usage error (exit 2), as is
-a bad config. Surrounding whitespace of the secret file is not part of the secret (a file
-written by `echo` or `openssl rand -hex` ends in a newline).
+without one the broker cannot talk to the controller, so that is a configuration error too.
+Surrounding whitespace of the secret file is not part of the secret (a file written by `echo` or
+`openssl rand -hex` ends in a newline).
 
 The process runs the node on uvloop with the system clock and TCP. SIGTERM or SIGINT starts
 the clean stop: controlled shutdown (leadership moves away first), then the node's clean
 shutdown, which leaves the clean-shutdown marker in the log dir; the exit code is then 0. A
 second signal while stopping is logged and otherwise ignored, so the shutdown is not cut short.
-Exit 1 when the node cannot start (port taken, log dir locked or unreadable). Logs go to stderr.
+Exit 1 when the node cannot start (port taken, log dir locked or unreadable); EXIT_CONFIG when
+the controller refuses the broker as one of another cluster (INCONSISTENT_CLUSTER_ID: its
+cluster.id or its log dirs name another cluster, which a restart cannot change). Logs go to
+stderr.
 The secret lookup, the flags shared with `ketch controller` and the signal-driven run loop are
 node/process.py's.
 
@@ -49,11 +54,11 @@ from node.broker.config import (
     NATIVE_LISTENER,
     BrokerConfig,
     format_listeners,
-    known_properties,
     parse_listeners,
     property_defaults,
 )
 from node.broker.node import BrokerNode
+from node.config_check import Role, raise_problems
 from node.process import (
     add_node_arguments,
     node_main,
@@ -63,7 +68,7 @@ from node.process import (
     serve,
 )
 from runtime.clock import SystemClock
-from runtime.config import ConfigError, EffectiveConfig, Setting, Source, resolve
+from runtime.config import EffectiveConfig, Setting, Source, resolve
 from runtime.net.tcp import TcpTransport
 from runtime.net.transport import Address
 
@@ -71,6 +76,7 @@ __all__ = [
     "NATIVE_LISTENER",
     "BrokerSettings",
     "build_parser",
+    "effective_from_args",
     "main",
     "read_secret",
     "settings_from_args",
@@ -86,7 +92,6 @@ class BrokerSettings:
     effective: EffectiveConfig
     secret: bytes
     secret_file: Path
-    unknown: tuple[str, ...] = ()  # one message per property name the broker does not read
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,7 +108,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def settings_from_args(args: argparse.Namespace) -> BrokerSettings:
-    """The broker's configuration and credential; raises ConfigError for anything unusable."""
+    """The broker's configuration and credential; raises ConfigError for anything unusable
+    (ConfigProblems, one per problem, for the properties)."""
+    effective = effective_from_args(args)
+    raise_problems(effective, [Role.BROKER])
+    config = BrokerConfig.from_properties(effective.explicit())  # checked: it builds
+    secret_file, secret = read_secret(args.secret_file, args.data_dir)
+    return BrokerSettings(config, effective, secret, secret_file)
+
+
+def effective_from_args(args: argparse.Namespace) -> EffectiveConfig:
+    """The properties the broker runs with: the file, `--set`, then the dedicated flags
+    (unchecked: node/config_check.py checks them); ConfigError for an unreadable file or a
+    malformed flag."""
     listen = parse_address(args.listen)
     kafka_listen = None if args.kafka_listen is None else parse_address(args.kafka_listen)
     controller = parse_address(args.controller)
@@ -115,16 +132,9 @@ def settings_from_args(args: argparse.Namespace) -> BrokerSettings:
             "controller.address": str(controller),
         }
     )
-    effective = with_listener_flags(
+    return with_listener_flags(
         resolve(defaults=property_defaults(), file=args.config, flags=flags), listen, kafka_listen
     )
-    unknown = tuple(effective.unknown(known_properties()))
-    try:
-        config = BrokerConfig.from_properties(effective.explicit())
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    secret_file, secret = read_secret(args.secret_file, args.data_dir)
-    return BrokerSettings(config, effective, secret, secret_file, unknown)
 
 
 def with_listener_flags(
@@ -135,8 +145,9 @@ def with_listener_flags(
     if effective.source(LISTENERS_KEY) in (Source.FILE, Source.FLAG):
         try:
             listeners = parse_listeners(str(effective.settings[LISTENERS_KEY].value))
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
+        except ValueError:
+            # Left as it is: the check reports it, naming the file or flag it came from.
+            return effective
     else:
         listeners = {}  # the default names only the native listener, which --listen sets
     listeners.pop(NATIVE_LISTENER, None)
@@ -167,7 +178,13 @@ async def serve_broker(settings: BrokerSettings) -> int:
             ",".join(settings.config.log.log_dirs),
         )
 
-    return await serve(node, name=f"broker {node.broker_id}", failed=node.failed, started=started)
+    return await serve(
+        node,
+        name=f"broker {node.broker_id}",
+        failed=node.failed,
+        started=started,
+        refused=lambda: node.refused,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

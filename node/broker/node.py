@@ -86,7 +86,7 @@ from client.client import Client
 from node.broker.apis import BrokerApis
 from node.broker.auto_topics import AutoTopicCreationManager
 from node.broker.config import KAFKA_LISTENER, BrokerConfig
-from node.broker.describe_configs import TopicConfigSource
+from node.broker.describe_configs import BrokerConfigSource, TopicConfigSource
 from node.broker.forwarder import ControllerForwarder
 from node.broker.groups import BrokerGroups
 from node.broker.lifecycle import BrokerLifecycle
@@ -176,6 +176,9 @@ class BrokerNode:
         # cluster); the process main waits on it and exits 1 (node/process.py), as Kafka halts a
         # broker with no live log dir and refuses one whose meta.properties names another cluster.
         self.failed = asyncio.Event()
+        # Why the controller refused this broker (INCONSISTENT_CLUSTER_ID), when it did: a
+        # configuration error, which the process main exits with (a restart cannot cure it).
+        self.refused: str | None = None
         # Holds Kafka-listener requests until the first UpdateMetadata is in and the cluster id
         # is known (serving_gate.py): an answer without it crashes some clients (librdkafka's
         # describe_cluster). Only a first start learns the id from the controller, at the
@@ -240,7 +243,7 @@ class BrokerNode:
                 offline_log_dirs=self.log_manager.offline_directory_ids,
                 cluster_id=lambda: self.log_manager.cluster_id,
                 on_cluster_id=self._joined_cluster,
-                on_refused=lambda reason: self.failed.set(),
+                on_refused=self._on_refused,
             )
         # Kafka bounds a forwarded request by the broker's request.timeout.ms.
         self.forwarder = ControllerForwarder(
@@ -380,6 +383,7 @@ class BrokerNode:
                 effective=self.log_manager.config_for,
                 min_insync_replicas=replica_manager.min_insync_replicas,
             ),
+            broker_configs=BrokerConfigSource.of(config),
         )
         handlers = self.apis.table()
         # Latency is the one per-request metric; a node without an endpoint skips it.
@@ -463,6 +467,10 @@ class BrokerNode:
         the log dirs' meta.properties, and the Kafka listener may serve."""
         self.log_manager.store_cluster_id(cluster_id)
         self._open_gate_when_ready()
+
+    def _on_refused(self, reason: str) -> None:
+        self.refused = reason
+        self.failed.set()
 
     def _metadata_updated(self) -> None:
         self._has_metadata = True

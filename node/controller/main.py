@@ -8,23 +8,19 @@ locked while the process runs); in the layout `ketch up` creates it is `<cluster
 next to `<cluster dir>/cluster.secret`. `--listen` is where brokers register, heartbeat and
 forward their clients' topic requests.
 
-Configuration (runtime/config.py): Kafka property names from the TOML file, then `--set` on top.
-The controller reads node.id, cluster.id, broker.session.timeout.ms, broker.heartbeat.interval.ms,
-unclean.leader.election.enable, auto.leader.rebalance.enable, leader.imbalance.*, num.partitions,
-default.replication.factor, metadata.snapshot.records (actors/controller/messages.py); the
-listener's socket.request.max.bytes, max.connections, connections.max.idle.ms,
-queued.max.requests, server.shutdown.timeout.ms; its channels' request.timeout.ms,
-socket.connection.setup.timeout.ms, retry.backoff(.max).ms, reconnect.backoff(.max).ms;
-connections.source.host (the IP address its connections to the brokers bind to; unset, the
-kernel chooses: runtime/net/tcp.py); and metrics.port. Other names are logged as warnings with
-the nearest known name, not refused: one file may configure the controller and the brokers
-alike (`ketch up --config`).
+Configuration (runtime/config.py): Kafka property names from the TOML file, then `--set` on top,
+read by the controller's components (node/controller/config.py lists them). Every property is
+checked before anything starts (node/config_check.py): a name no node reads (a broker's name is
+fine: one file may configure the controller and the brokers alike, `ketch up --config`), a value
+of the wrong type or out of range; one line per problem naming the file or flag, the key, the
+value and why.
 
 Exit codes: 0 after SIGTERM / SIGINT and a clean stop; 1 when the node cannot start (port taken,
 metadata directory locked by another controller) or when its metadata log fails while running
 (ControllerNode.failed: the process exits so that a restart replays what is really on disk);
-2 for a usage error, a bad config or a missing cluster secret (node/process.py has the
-secret lookup and the run loop, shared with `ketch broker`).
+2 for a command line argparse refuses; EXIT_CONFIG (78) for a configuration it refuses or a
+missing cluster secret (node/process.py has the secret lookup and the run loop, shared with
+`ketch broker`).
 
 Ownership: `main` owns the event loop and the node; see node/process.py for the signals.
 """
@@ -35,13 +31,20 @@ import argparse
 import dataclasses
 import logging
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
 
 from actors.controller.channel import ChannelConfig
 from actors.controller.messages import ControllerConfig
+from node.config_check import Role, raise_problems
+from node.controller.config import (
+    channel_config,
+    controller_config_defaults,
+    controller_configs,
+    known_properties,
+    property_defaults,
+)
 from node.controller.node import ControllerNode
 from node.process import (
     add_node_arguments,
@@ -52,21 +55,25 @@ from node.process import (
     serve,
 )
 from runtime.clock import SystemClock
-from runtime.config import ConfigError, EffectiveConfig, Value, resolve
-from runtime.metrics.registry import METRICS_DISABLED, METRICS_PORT_KEY, metrics_port
+from runtime.config import EffectiveConfig, resolve
 from runtime.net.server import ServerConfig
-from runtime.net.tcp import SOURCE_HOST_KEY, TcpTransport, source_host
+from runtime.net.tcp import TcpTransport
 from runtime.net.transport import Address
-from runtime.properties import (
-    config_from_properties,
-    defaults_by_property,
-    int_property,
-    property_names,
-)
+
+# Re-exported: where the controller's properties were read before node/controller/config.py.
+__all__ = [
+    "ControllerSettings",
+    "build_parser",
+    "channel_config",
+    "controller_config_defaults",
+    "effective_from_args",
+    "known_properties",
+    "main",
+    "property_defaults",
+    "settings_from_args",
+]
 
 log = logging.getLogger("ketch.controller")
-
-_KEYS_WITHOUT_DEFAULT: Final = frozenset({"cluster.id", SOURCE_HOST_KEY})
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,45 +87,7 @@ class ControllerSettings:
     effective: EffectiveConfig
     secret: bytes
     secret_file: Path
-    unknown: tuple[str, ...] = ()  # one message per property name the controller does not read
     source_host: str | None = None  # connections.source.host (None: the kernel chooses)
-
-
-def controller_config_defaults() -> dict[str, Value]:
-    """ControllerConfig's properties with their defaults (cluster.id has none)."""
-    return _values(defaults_by_property(ControllerConfig()))
-
-
-def property_defaults() -> dict[str, Value]:
-    """Every property the controller process reads, with the default its component applies."""
-    defaults = controller_config_defaults()
-    defaults.update(_values(defaults_by_property(ChannelConfig())))
-    defaults.update(_values(defaults_by_property(ServerConfig())))
-    defaults[METRICS_PORT_KEY] = METRICS_DISABLED
-    return defaults
-
-
-def _values(defaults: Mapping[str, object]) -> dict[str, Value]:
-    """The defaults a config listing can show: None (no default) is left out."""
-    shown: dict[str, Value] = {}
-    for key, value in defaults.items():
-        if value is None:
-            continue
-        assert isinstance(value, bool | int | float | str), (key, value)
-        shown[key] = value
-    return shown
-
-
-def known_properties() -> frozenset[str]:
-    return frozenset(property_defaults()) | _KEYS_WITHOUT_DEFAULT
-
-
-def channel_config(properties: Mapping[str, object]) -> ChannelConfig:
-    """The channels' settings; a timeout or backoff below 1 ms would spin the sender."""
-    for (key,) in property_names(ChannelConfig).values():
-        if int_property(properties, key, 1) < 1:
-            raise ValueError(f"{key} must be >= 1: {properties[key]!r}")
-    return config_from_properties(ChannelConfig, properties)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -136,33 +105,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def settings_from_args(args: argparse.Namespace) -> ControllerSettings:
-    """The controller's configuration and credential; raises ConfigError for anything unusable."""
+    """The controller's configuration and credential; raises ConfigError for anything unusable
+    (ConfigProblems, one per problem, for the properties)."""
     listen = parse_address(args.listen)
-    effective = resolve(defaults=property_defaults(), file=args.config, flags=overrides(args))
-    unknown = tuple(effective.unknown(known_properties()))
-    properties = effective.explicit()
-    try:
-        config = ControllerConfig.from_properties(properties)
-        server = ServerConfig.from_properties(properties)
-        channels = channel_config(properties)
-        port = metrics_port(properties)
-        source = source_host(properties)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+    effective = effective_from_args(args)
+    raise_problems(effective, [Role.CONTROLLER])
+    configs = controller_configs(effective.explicit())  # checked: it builds
     secret_file, secret = read_secret(args.secret_file, args.data_dir)
     return ControllerSettings(
-        config=config,
-        server=server,
-        channels=channels,
-        metrics_port=port,
+        config=configs.config,
+        server=configs.server,
+        channels=configs.channels,
+        metrics_port=configs.metrics_port,
         listen=listen,
         metadata_dir=args.data_dir,
         effective=effective,
         secret=secret,
         secret_file=secret_file,
-        unknown=unknown,
-        source_host=source,
+        source_host=configs.source_host,
     )
+
+
+def effective_from_args(args: argparse.Namespace) -> EffectiveConfig:
+    """The properties the controller runs with, the file's under `--set`'s (unchecked:
+    node/config_check.py checks them); ConfigError for an unreadable file or a malformed flag."""
+    return resolve(defaults=property_defaults(), file=args.config, flags=overrides(args))
 
 
 async def serve_controller(settings: ControllerSettings) -> int:

@@ -23,8 +23,9 @@ import pytest
 from client.client import Client
 from node.broker.config import KAFKA_LISTENER, NATIVE_LISTENER
 from node.broker.main import BrokerSettings, build_parser, main, settings_from_args
+from node.process import EXIT_CONFIG
 from runtime.clock import SystemClock
-from runtime.config import Source
+from runtime.config import ConfigError, Source
 from runtime.log.manager import CLEAN_SHUTDOWN_FILE
 from runtime.net.dialect import RequestContext
 from runtime.net.server import Server
@@ -200,7 +201,7 @@ async def test_broker_process_registers_serves_and_stops_cleanly_on_sigterm(
             await process.wait()
 
 
-def test_missing_secret_is_a_usage_error(
+def test_missing_secret_is_a_configuration_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     data_dir = tmp_path / "broker-0"
@@ -210,7 +211,7 @@ def test_missing_secret_is_a_usage_error(
             "--listen", "127.0.0.1:0", "--controller", "127.0.0.1:1",
         ]
     )  # fmt: skip
-    assert code == 2
+    assert code == EXIT_CONFIG
     err = capsys.readouterr().err
     assert "no cluster secret" in err
     assert str(tmp_path / "cluster.secret") in err
@@ -226,7 +227,7 @@ def test_missing_secret_is_a_usage_error(
         (["--secret-file", "short.secret"], "shorter than 16 bytes"),
     ],
 )
-def test_bad_configuration_is_a_usage_error(
+def test_bad_configuration_is_a_configuration_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
 ) -> None:
     data_dir = cluster_layout(tmp_path)
@@ -238,29 +239,33 @@ def test_bad_configuration_is_a_usage_error(
             "--listen", "127.0.0.1:0", "--controller", "127.0.0.1:1", *extra,
         ]
     )  # fmt: skip
-    assert code == 2
+    assert code == EXIT_CONFIG
     assert message in capsys.readouterr().err
 
 
-def test_unknown_property_names_are_reported_not_fatal(tmp_path: Path) -> None:
+def test_the_controllers_names_are_known_and_a_name_no_node_reads_is_refused(
+    tmp_path: Path,
+) -> None:
     data_dir = cluster_layout(tmp_path)
     config = tmp_path / "ketch.toml"
     # One file for the controller and the brokers: the controller's keys are no error here.
-    config.write_text('"metadata.snapshot.records" = 3\n"replica.lag.time.max" = 10\n')
-    args = build_parser().parse_args(
-        [
-            "--id", "0", "--data-dir", str(data_dir), "--listen", "127.0.0.1:0",
-            "--controller", "127.0.0.1:1", "--config", str(config),
-        ]
-    )  # fmt: skip
-    settings = settings_from_args(args)
-    assert settings.unknown == (
-        "unknown property 'metadata.snapshot.records'",
-        "unknown property 'replica.lag.time.max' (did you mean 'replica.lag.time.max.ms'?)",
-    )
-    assert settings.effective.source("replica.lag.time.max") is Source.FILE
+    config.write_text('"metadata.snapshot.records" = 3\n"replica.lag.time.max.ms" = 10000\n')
+    argv = [
+        "--id", "0", "--data-dir", str(data_dir), "--listen", "127.0.0.1:0",
+        "--controller", "127.0.0.1:1", "--config", str(config),
+    ]  # fmt: skip
+    settings = settings_from_args(build_parser().parse_args(argv))
+    assert settings.effective.source("metadata.snapshot.records") is Source.FILE
+    assert settings.config.replica_manager.replica_lag_time_max_ms == 10_000
     assert settings.config.log.log_dirs == (str(data_dir),)
     assert settings.secret == SECRET
+    config.write_text('"metadata.snapshot.records" = 3\n"replica.lag.time.max" = 10\n')
+    with pytest.raises(ConfigError) as refused:
+        settings_from_args(build_parser().parse_args(argv))
+    assert str(refused.value) == (
+        f'{config}: "replica.lag.time.max" = 10: unknown property '
+        '(did you mean "replica.lag.time.max.ms"?)'
+    )
 
 
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
@@ -317,7 +322,6 @@ def test_listener_flags_replace_only_their_own_entry(tmp_path: Path) -> None:
     )  # fmt: skip
     assert flagged.config.kafka_listen_address == Address("127.0.0.1", 19092)
     assert flagged.config.advertised_listeners == {NATIVE_LISTENER: Address("broker.example", 9092)}
-    assert flagged.unknown == ()
 
 
 @pytest.mark.parametrize(
@@ -330,12 +334,12 @@ def test_listener_flags_replace_only_their_own_entry(tmp_path: Path) -> None:
         (["--set", "listeners=native://h:1,native://h:2"], "native named twice"),
     ],
 )
-def test_bad_listener_flags_are_usage_errors(
+def test_bad_listener_flags_are_configuration_errors(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
 ) -> None:
     data_dir = cluster_layout(tmp_path)
     argv = ["--id", "0", "--data-dir", str(data_dir), "--controller", "127.0.0.1:1"]
-    assert main([*argv, "--listen", "127.0.0.1:9092", *extra]) == 2
+    assert main([*argv, "--listen", "127.0.0.1:9092", *extra]) == EXIT_CONFIG
     assert message in capsys.readouterr().err
 
 

@@ -39,7 +39,8 @@ from client.fetched_records import ConsumerRecord
 from client.producer import Producer, RecordMetadata
 from node import process
 from node.controller.main import build_parser, main, settings_from_args
-from runtime.config import Source
+from node.process import EXIT_CONFIG
+from runtime.config import ConfigError, Source, Value
 from runtime.log.checkpoints import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from testkit.probes import create_topic, partitions_of, wait_fully_replicated, wait_until
 from testkit.processes import REPO, ProcessCluster, running_cluster, toml_text
@@ -377,11 +378,11 @@ async def test_controller_process_serves_then_stops_cleanly_on_sigterm(tmp_path:
     assert "cannot start" in second_log.read_text()
 
 
-def test_missing_secret_is_a_usage_error(
+def test_missing_secret_is_a_configuration_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     data_dir = tmp_path / "controller"
-    assert main(["--data-dir", str(data_dir), "--listen", "127.0.0.1:0"]) == 2
+    assert main(["--data-dir", str(data_dir), "--listen", "127.0.0.1:0"]) == EXIT_CONFIG
     err = capsys.readouterr().err
     assert "no cluster secret" in err
     assert str(tmp_path / "cluster.secret") in err
@@ -391,37 +392,33 @@ def test_missing_secret_is_a_usage_error(
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--set", "broker.session.timeout.ms=0"], "broker.session.timeout.ms must be >= 1"),
+        (["--set", "broker.session.timeout.ms=0"], "broker.session.timeout.ms=0: must be >= 1"),
         (["--set", "unclean.leader.election.enable=maybe"], "unclean.leader.election.enable"),
-        (["--set", "request.timeout.ms=0"], "request.timeout.ms must be >= 1"),
+        (["--set", "request.timeout.ms=0"], "request.timeout.ms=0: must be >= 1"),
         (["--set", "novalue"], "expected key=value"),
         (["--listen", "nowhere"], "nowhere"),
     ],
 )
-def test_bad_configuration_is_a_usage_error(
+def test_bad_configuration_is_a_configuration_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
 ) -> None:
     data_dir = cluster_layout(tmp_path)
     code = main(["--data-dir", str(data_dir), "--listen", "127.0.0.1:0", *extra])
-    assert code == 2
+    assert code == EXIT_CONFIG
     assert message in capsys.readouterr().err
 
 
-def test_settings_read_kafka_names_and_report_unknown_ones(tmp_path: Path) -> None:
+def test_settings_read_kafka_names_and_refuse_unknown_ones(tmp_path: Path) -> None:
     data_dir = cluster_layout(tmp_path)
     config = tmp_path / "ketch.toml"
-    # One file for the controller and the brokers: a broker's key is reported, not fatal.
-    config.write_text(
-        toml_text(
-            {
-                "broker.session.timeout.ms": 1_500,
-                "min.insync.replicas": 2,
-                "num.partition": 3,
-                "request.timeout.ms": 700,
-                "max.connections": 9,
-            }
-        )
-    )
+    # One file for the controller and the brokers: a broker's key is no error here.
+    properties: dict[str, Value] = {
+        "broker.session.timeout.ms": 1_500,
+        "min.insync.replicas": 2,
+        "request.timeout.ms": 700,
+        "max.connections": 9,
+    }
+    config.write_text(toml_text(properties))
     args = build_parser().parse_args(
         [
             "--data-dir", str(data_dir), "--listen", "127.0.0.1:9093",
@@ -435,11 +432,14 @@ def test_settings_read_kafka_names_and_report_unknown_ones(tmp_path: Path) -> No
     assert settings.server.max_connections == 9
     assert settings.secret == SECRET
     assert settings.metadata_dir == data_dir
-    assert settings.unknown == (
-        "unknown property 'min.insync.replicas'",
-        "unknown property 'num.partition' (did you mean 'num.partitions'?)",
-    )
     assert settings.effective.source("node.id") is Source.FLAG
+    assert settings.effective.source("min.insync.replicas") is Source.FILE
+    config.write_text(toml_text({**properties, "num.partition": 3}))
+    with pytest.raises(ConfigError) as refused:
+        settings_from_args(args)
+    assert str(refused.value) == (
+        f'{config}: "num.partition" = 3: unknown property (did you mean "num.partitions"?)'
+    )
 
 
 def test_secret_file_flag_wins_over_the_layout(tmp_path: Path) -> None:

@@ -104,7 +104,9 @@ class DeleteTopicsRequest(Request):
 
 RESOURCE_TOPIC: Final = 2
 RESOURCE_BROKER: Final = 4
+# Kafka's DescribeConfigsResponse.ConfigSource (the ids ketch answers with).
 CONFIG_SOURCE_DYNAMIC_TOPIC: Final = 1
+CONFIG_SOURCE_STATIC_BROKER: Final = 4
 CONFIG_SOURCE_DEFAULT: Final = 5
 
 
@@ -126,7 +128,8 @@ class DescribeConfigsSynonym:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DescribeConfigsResourceResult:
-    """config_source: Kafka's ConfigSource (1 dynamic topic config, 5 default)."""
+    """config_source: Kafka's ConfigSource (1 dynamic topic config, 4 static broker config,
+    5 default)."""
 
     name: str
     value: str | None

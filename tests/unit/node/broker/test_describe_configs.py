@@ -1,11 +1,17 @@
-"""DescribeConfigs on a broker: effective topic settings with their sources."""
+"""DescribeConfigs on a broker: effective topic and broker settings with their sources."""
 
 from __future__ import annotations
 
-from node.broker.describe_configs import TopicConfigSource, describe_configs
+from node.broker.config import BrokerConfig, property_defaults
+from node.broker.describe_configs import BrokerConfigSource, TopicConfigSource, describe_configs
 from runtime.log.config import TOPIC_LOG_CONFIG_NAMES, LogConfig
 from wire.errors import ErrorCode
 from wire.messages import DescribeConfigsRequest, DescribeConfigsResource
+from wire.messages.admin import (
+    CONFIG_SOURCE_DEFAULT,
+    CONFIG_SOURCE_STATIC_BROKER,
+    RESOURCE_BROKER,
+)
 
 OVERRIDES = {"orders": {"retention.ms": "1000", "min.insync.replicas": "2"}}
 
@@ -56,3 +62,46 @@ def test_keys_filter_unknown_topics_and_broker_resources() -> None:
     assert broker.error_code == ErrorCode.INVALID_REQUEST
     assert broker.error_message is not None
     assert "topic configs only" in broker.error_message
+
+
+def broker_source() -> BrokerConfigSource:
+    config = BrokerConfig.from_properties(
+        {"broker.id": 3, "min.insync.replicas": "2", "log.retention.hours": 1}
+    )
+    return BrokerConfigSource.of(config)
+
+
+def test_a_broker_lists_every_property_it_reads_with_static_or_default_source() -> None:
+    response = describe_configs(
+        DescribeConfigsRequest(resources=[resource("3", kind=RESOURCE_BROKER)]),
+        source(),
+        broker_source(),
+    )
+    [result] = response.results
+    assert result.error_code == 0
+    values = {c.name: (c.value, c.config_source) for c in result.configs}
+    assert set(values) == set(property_defaults()) | {"broker.id"}
+    assert values["broker.id"] == ("3", CONFIG_SOURCE_STATIC_BROKER)
+    assert values["min.insync.replicas"] == ("2", CONFIG_SOURCE_STATIC_BROKER)
+    # Set through its synonym in hours: the value in ms is the configured one.
+    assert values["log.retention.ms"] == ("3600000", CONFIG_SOURCE_STATIC_BROKER)
+    assert values["log.segment.bytes"] == (
+        str(LogConfig().segment_bytes),
+        CONFIG_SOURCE_DEFAULT,
+    )
+    assert values["auto.create.topics.enable"][0] in ("true", "false")
+    assert all(c.read_only for c in result.configs)
+    assert [c.name for c in result.configs] == sorted(values)
+
+
+def test_a_broker_describes_itself_only() -> None:
+    request = DescribeConfigsRequest(
+        resources=[
+            resource("4", kind=RESOURCE_BROKER),
+            resource("3", kind=RESOURCE_BROKER, keys=["min.insync.replicas"]),
+        ]
+    )
+    other, filtered = describe_configs(request, source(), broker_source()).results
+    assert other.error_code == ErrorCode.INVALID_REQUEST
+    assert other.error_message == "this is broker 3: ask broker 4 for its own configs"
+    assert [(c.name, c.value) for c in filtered.configs] == [("min.insync.replicas", "2")]
