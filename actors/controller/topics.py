@@ -24,6 +24,7 @@ from typing import Final
 
 from actors.controller.election import assign_replicas
 from runtime.log.config import TOPIC_LOG_CONFIG_NAMES, LogConfig
+from runtime.properties import parse_int
 from wire.errors import ErrorCode
 from wire.messages import CreatableTopic
 from wire.topic import quoted_topic_name, topic_name_problem
@@ -153,7 +154,9 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str] 
     try:
         LogConfig().with_overrides(checked)
         for name in (MIN_INSYNC_REPLICAS, *sorted(_COMPACTION_CONFIG_NAMES)):
-            if name in checked and int(checked[name]) < (1 if name == MIN_INSYNC_REPLICAS else 0):
+            # parse_int: "not an integer" rather than Python's "invalid literal for int()".
+            low = 1 if name == MIN_INSYNC_REPLICAS else 0
+            if name in checked and parse_int(name, checked[name]) < low:
                 raise ValueError(f"{name} is out of range: {checked[name]}")
     except ValueError as error:
         return TopicRefusal(ErrorCode.INVALID_CONFIG, str(error))

@@ -16,6 +16,7 @@ from actors.controller.messages import (
     RebalanceTick,
 )
 from actors.controller.states import PartitionState
+from actors.controller.topics import TopicRefusal, validate_topic_configs
 from tests.unit.actors.controller.harness import (
     BROKERS,
     HEARTBEAT_MS,
@@ -310,3 +311,13 @@ async def test_an_illegal_topic_name_is_refused_with_the_reason(harness: Control
         assert topic.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
         assert topic.error_message is not None
         assert reason in topic.error_message
+
+
+def test_a_non_integer_topic_config_is_refused_in_a_users_words() -> None:
+    """`ketch topic create --config min.insync.replicas=abc` once answered Python's "invalid
+    literal for int() with base 10"."""
+    for name in ("min.insync.replicas", "retention.ms", "min.compaction.lag.ms"):
+        refusal = validate_topic_configs({name: "abc"})
+        assert isinstance(refusal, TopicRefusal)
+        assert refusal.error == ErrorCode.INVALID_CONFIG
+        assert refusal.message == f"{name}: expected an integer, got 'abc'"
