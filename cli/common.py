@@ -24,7 +24,7 @@ import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Final, Protocol, TextIO, TypeVar
+from typing import Any, Final, Protocol, TextIO, TypeVar, cast
 
 from rich.console import Console
 
@@ -172,6 +172,20 @@ def set_command(parser: argparse.ArgumentParser, command: Command) -> None:
     parser.set_defaults(func=run, handler=run)
 
 
+class CommandParser(argparse.ArgumentParser):
+    """The parser of each subcommand (and, inherited, of theirs): an argument it does not know is
+    its own usage error. argparse hands a subcommand's leftovers up to the top-level parser,
+    which then printed `ketch`'s usage for `ketch consume t --bogus` instead of consume's."""
+
+    def parse_known_args(  # type: ignore[override]  # one signature for typeshed's overloads
+        self, args: Sequence[str] | None = None, namespace: Any = None
+    ) -> tuple[Any, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+
 def run_argv(
     prog: str,
     register: Callable[[SubParsers[argparse.ArgumentParser]], object],
@@ -183,7 +197,12 @@ def run_argv(
     without cli/main.py; argparse's exit (usage error 2, --help 0) becomes the return value.
     """
     parser = argparse.ArgumentParser(prog=prog)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = cast(
+        "SubParsers[argparse.ArgumentParser]",
+        parser.add_subparsers(
+            dest="command", required=True, metavar="COMMAND", parser_class=CommandParser
+        ),
+    )
     register(commands)
     try:
         args = parser.parse_args(list(argv))

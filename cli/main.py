@@ -21,7 +21,7 @@ import functools
 import importlib
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, Final, Protocol, cast
+from typing import Final, Protocol, cast
 
 from bench import latency as bench_latency
 from cli import cluster_admin as cli_cluster_admin
@@ -30,6 +30,7 @@ from cli import group as cli_group
 from cli import health as cli_health
 from cli import status as cli_status
 from cli import topic as cli_topic
+from cli.common import CommandParser
 from cli.up import supervisor as up
 
 EXIT_OK = 0
@@ -60,20 +61,6 @@ def _add_dump_log(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         "--verify-index", action="store_true", help="check index entries against the log"
     )
     dump.set_defaults(handler=_cmd_dump_log)
-
-
-class _CommandParser(argparse.ArgumentParser):
-    """The parser of each subcommand (and, inherited, of theirs): an argument it does not know is
-    its own usage error. argparse hands a subcommand's leftovers up to the top-level parser,
-    which then printed `ketch`'s usage for `ketch consume t --bogus` instead of consume's."""
-
-    def parse_known_args(  # type: ignore[override]  # one signature for typeshed's overloads
-        self, args: Sequence[str] | None = None, namespace: Any = None
-    ) -> tuple[Any, list[str]]:
-        parsed, extras = super().parse_known_args(args, namespace)
-        if extras:
-            self.error(f"unrecognized arguments: {' '.join(extras)}")
-        return parsed, extras
 
 
 class _ProcessModule(Protocol):
@@ -122,11 +109,11 @@ def build_parser(*, node_flags: bool = True) -> argparse.ArgumentParser:
     """The whole `ketch` parser. With node_flags=False the pass-throughs are only listed (for
     `ketch --help`), which spares the other commands a second of importing the nodes."""
     parser = argparse.ArgumentParser(prog="ketch", description="A Kafka-style log broker.")
-    # Typed as the registrars take it: a _CommandParser is an ArgumentParser.
+    # Typed as the registrars take it: a CommandParser is an ArgumentParser.
     commands = cast(
         "argparse._SubParsersAction[argparse.ArgumentParser]",
         parser.add_subparsers(
-            dest="command", required=True, metavar="COMMAND", parser_class=_CommandParser
+            dest="command", required=True, metavar="COMMAND", parser_class=CommandParser
         ),
     )
     for register in _REGISTRARS:

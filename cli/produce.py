@@ -44,6 +44,7 @@ from cli.common import (
     CliError,
     SubParsers,
     add_bootstrap_flag,
+    describe_error,
     error,
     non_negative_int_arg,
     open_client,
@@ -330,7 +331,7 @@ async def produce_records(
                     headers=target.headers,
                 )
             except KafkaError as exc:  # this record can never be sent (too large); others may
-                tally.fail(item.label, str(exc))
+                tally.fail(item.label, describe_error(exc, None))
             else:
                 pending.append((item.label, future))
             while len(pending) > MAX_PENDING:
@@ -347,7 +348,8 @@ async def _settle(tally: ProduceTally, label: str, future: asyncio.Future[Record
     try:
         await future
     except Exception as exc:  # the record's own failure, kept on its future by the producer
-        tally.fail(label, str(exc) or type(exc).__name__)
+        # With what to do (e.g. "is a broker down? see `ketch topic describe T`").
+        tally.fail(label, describe_error(exc, None))
     else:
         tally.acknowledged += 1
 
