@@ -7,9 +7,10 @@ for the native messages; both listeners use it (the Kafka dialect for a failed h
 broker's controller forwarder for a forward that could not be delivered). A request type with no
 per-partition shape gets the top-level `error_code` (and `error_message` where it has one).
 
-DescribeTransactions has no partitions but is answered per transactional id, and DeleteGroups per
-group, as Kafka's `getErrorResponse` does: their Kafka responses have no top-level error code, so
-a code only there would reach a Kafka client as "nothing described" or "nothing deleted".
+DescribeTransactions has no partitions but is answered per transactional id, DeleteGroups per
+group and IncrementalAlterConfigs per resource, as Kafka's `getErrorResponse` does: their Kafka
+responses have no top-level error code, so a code only there would reach a Kafka client as
+"nothing described", "nothing deleted" or "altered".
 """
 
 from __future__ import annotations
@@ -25,7 +26,11 @@ from wire.messages import (
     AddPartitionsToTxnResponse,
     AddPartitionsToTxnResult,
     AddPartitionsToTxnTopicResult,
+    AlterConfigsResourceResponse,
     CreatableTopicResult,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreatePartitionsTopicResult,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeletableGroupResult,
@@ -49,6 +54,8 @@ from wire.messages import (
     FetchRequest,
     FetchResponse,
     FetchResponsePartition,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
     ListOffsetsPartitionResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
@@ -196,6 +203,29 @@ def _delete_topics(request: Any, code: ErrorCode, message: str | None) -> Respon
     )
 
 
+def _create_partitions(request: Any, code: ErrorCode, message: str | None) -> Response:
+    return CreatePartitionsResponse(
+        results=[
+            CreatePartitionsTopicResult(name=t.name, error_code=code, error_message=message)
+            for t in request.topics
+        ]
+    )
+
+
+def _incremental_alter_configs(request: Any, code: ErrorCode, message: str | None) -> Response:
+    return IncrementalAlterConfigsResponse(
+        responses=[
+            AlterConfigsResourceResponse(
+                error_code=code,
+                error_message=message,
+                resource_type=r.resource_type,
+                resource_name=r.resource_name,
+            )
+            for r in request.resources
+        ]
+    )
+
+
 def _describe_configs(request: Any, code: ErrorCode, message: str | None) -> Response:
     return DescribeConfigsResponse(
         results=[
@@ -290,6 +320,8 @@ _BUILDERS: Final[dict[type[Request], Callable[[Any, ErrorCode, str | None], Resp
     MetadataRequest: _metadata,
     CreateTopicsRequest: _create_topics,
     DeleteTopicsRequest: _delete_topics,
+    CreatePartitionsRequest: _create_partitions,
+    IncrementalAlterConfigsRequest: _incremental_alter_configs,
     DescribeConfigsRequest: _describe_configs,
     WriteTxnMarkersRequest: _write_txn_markers,
     AddPartitionsToTxnRequest: _add_partitions_to_txn,

@@ -93,6 +93,21 @@ class TopicRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class TopicConfigsRecord:
+    """A topic's config overrides after an IncrementalAlterConfigs: all of them, replacing what
+    its TopicRecord (or an earlier record of this kind) said, so replay never depends on an
+    older record (KRaft writes one ConfigRecord per key; one full map keeps ketch's rule that
+    records carry whole states). A snapshot folds them into the TopicRecord."""
+
+    TYPE: ClassVar[str] = "topic_configs"
+    topic_id: bytes
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "configs", _frozen_configs(self.configs))
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionRecord:
     """A partition's full state after a change (creation, election, ISR change)."""
 
@@ -146,6 +161,7 @@ Record: TypeAlias = (
     | FenceBrokerRecord
     | UnfenceBrokerRecord
     | TopicRecord
+    | TopicConfigsRecord
     | PartitionRecord
     | TopicDeletionRecord
     | RemoveTopicRecord
@@ -158,6 +174,7 @@ RECORD_TYPES: Final[tuple[type[Record], ...]] = (
     FenceBrokerRecord,
     UnfenceBrokerRecord,
     TopicRecord,
+    TopicConfigsRecord,
     PartitionRecord,
     TopicDeletionRecord,
     RemoveTopicRecord,

@@ -3,11 +3,12 @@
 The controller is one actor (actors/controller/controller.py); its event handling is split by
 concern, as KRaft splits its QuorumController into control managers: broker liveness
 (liveness.py), leader elections (elections.py), AlterPartition (alter_partition.py), controlled
-shutdown (shutdown.py), topic creation and deletion (topic_creation.py, topic_deletion.py) and
-producer ids (producer_ids.py). Those modules are functions, not actors: each takes this context
-and works on the state it names — the durable model and the journal that writes it, the
-partition and replica state machines, the liveness table, the request sender, the alarms
-that retry failed replica deletions, and the schedule of prompt preferred elections.
+shutdown (shutdown.py), topic creation and deletion (topic_creation.py, topic_deletion.py),
+topic changes (partition_creation.py, alter_configs.py) and producer ids (producer_ids.py).
+Those modules are functions, not actors: each takes this context and works on the state it
+names — the durable model and the journal that writes it, the partition and replica state
+machines, the liveness table, the request sender, the alarms that retry failed replica
+deletions, and the schedule of prompt preferred elections.
 
 Owner: the controller actor builds the one context in its constructor and passes it to the
 managers only from its own handlers, one message at a time, which is what makes every piece of

@@ -31,6 +31,8 @@ managers split its controller —
     topic_creation.py  CreateTopics (the pure rules: topics.py)
     topic_deletion.py  DeleteTopics, replica deletion, StopReplica answers, and retrying
                        a live broker's failed deletion (when: deletion_retries.py)
+    partition_creation.py  CreatePartitions: more partitions for a topic
+    alter_configs.py   IncrementalAlterConfigs: a topic's config overrides changed in place
     producer_ids.py    AllocateProducerIds (KIP-730)
     outbox.py          request sending (requests.py builds the per-partition states)
 
@@ -65,9 +67,11 @@ import logging
 import random
 
 from actors.controller import (
+    alter_configs,
     alter_partition,
     elections,
     liveness,
+    partition_creation,
     producer_ids,
     replica_failure,
     shutdown,
@@ -85,11 +89,13 @@ from actors.controller.messages import (
     ClusterStatus,
     ControlledShutdown,
     ControllerConfig,
+    CreatePartitions,
     CreateTopics,
     DeleteTopics,
     DescribeCluster,
     ElectPreferredLeaders,
     Heartbeat,
+    IncrementalAlterConfigs,
     LeaderAndIsrDone,
     RebalanceTick,
     RegisterBroker,
@@ -119,8 +125,10 @@ from wire.messages import (
     BrokerHeartbeatResponse,
     BrokerRegistrationResponse,
     ControlledShutdownResponse,
+    CreatePartitionsResponse,
     CreateTopicsResponse,
     DeleteTopicsResponse,
+    IncrementalAlterConfigsResponse,
 )
 from wire.metadata_records import ClusterIdRecord, ControllerEpochRecord
 
@@ -308,7 +316,7 @@ class ControllerActor(Actor):
     async def _elect_preferred_leaders(self, message: ElectPreferredLeaders) -> None:
         await elections.elect_rejoined(self._ctx)
 
-    # -- topics (topic_creation.py, topic_deletion.py) --------------------------------------------
+    # -- topics (topic_creation.py, topic_deletion.py, partition_creation.py, alter_configs.py) --
 
     @handles(CreateTopics)
     async def _create_topics(self, message: CreateTopics) -> CreateTopicsResponse:
@@ -317,6 +325,16 @@ class ControllerActor(Actor):
     @handles(DeleteTopics)
     async def _delete_topics(self, message: DeleteTopics) -> DeleteTopicsResponse:
         return await topic_deletion.delete_topics(self._ctx, message.request)
+
+    @handles(CreatePartitions)
+    async def _create_partitions(self, message: CreatePartitions) -> CreatePartitionsResponse:
+        return await partition_creation.create_partitions(self._ctx, message.request)
+
+    @handles(IncrementalAlterConfigs)
+    async def _incremental_alter_configs(
+        self, message: IncrementalAlterConfigs
+    ) -> IncrementalAlterConfigsResponse:
+        return await alter_configs.incremental_alter_configs(self._ctx, message.request)
 
     @handles(StopReplicaDone)
     async def _stop_replica_done(self, message: StopReplicaDone) -> None:

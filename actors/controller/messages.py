@@ -25,10 +25,14 @@ from wire.messages import (
     BrokerRegistrationResponse,
     ControlledShutdownRequest,
     ControlledShutdownResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
     Response,
 )
 from wire.topic import TopicPartition
@@ -136,6 +140,16 @@ class CreateTopics(Ask[CreateTopicsResponse]):
 @dataclass(frozen=True, slots=True)
 class DeleteTopics(Ask[DeleteTopicsResponse]):
     request: DeleteTopicsRequest
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitions(Ask[CreatePartitionsResponse]):
+    request: CreatePartitionsRequest
+
+
+@dataclass(frozen=True, slots=True)
+class IncrementalAlterConfigs(Ask[IncrementalAlterConfigsResponse]):
+    request: IncrementalAlterConfigsRequest
 
 
 # -- status ----------------------------------------------------------------------------------------

@@ -1,11 +1,12 @@
 """The controller's durable metadata: the records of its metadata log and the model they build.
 
 Everything the controller must remember across a restart — the cluster id, its epoch, the
-registered brokers, the topics, every partition's assignment, leader, ISR and epochs, the
-deletions under way, and where the next block of producer ids starts — is written as a record
-before it is acted on (the znodes of Kafka's ZooKeeper controller, the metadata records of
-KRaft). Replaying the records in order rebuilds an equal `ControllerModel`, and `snapshot()`
-condenses a model into the few records that rebuild it, so the log can be cut.
+registered brokers, the topics and their config overrides, every partition's assignment,
+leader, ISR and epochs, the deletions under way, and where the next block of producer ids
+starts — is written as a record before it is acted on (the znodes of Kafka's ZooKeeper
+controller, the metadata records of KRaft). Replaying the records in order rebuilds an equal
+`ControllerModel`, and `snapshot()` condenses a model into the few records that rebuild it, so
+the log can be cut.
 
 The records and their codec are formats, so they live in wire/metadata_records.py.
 
@@ -41,6 +42,7 @@ from wire.metadata_records import (
     Record,
     RegisterBrokerRecord,
     RemoveTopicRecord,
+    TopicConfigsRecord,
     TopicDeletionRecord,
     TopicRecord,
     UnfenceBrokerRecord,
@@ -129,6 +131,8 @@ class ControllerModel:
                 self._apply_fencing(record.broker_id, record.broker_epoch, fenced=False)
             case TopicRecord():
                 self._apply_topic(record)
+            case TopicConfigsRecord():
+                self._apply_topic_configs(record)
             case PartitionRecord():
                 self._apply_partition(record)
             case TopicDeletionRecord():
@@ -188,6 +192,13 @@ class ControllerModel:
         self._topics[record.topic_id] = record
         self._topic_ids[record.name] = record.topic_id
         self._partitions[record.topic_id] = {}
+
+    def _apply_topic_configs(self, record: TopicConfigsRecord) -> None:
+        topic = self._topics.get(record.topic_id)
+        assert topic is not None, f"configs of unknown topic: {record}"
+        # The topic keeps one record of itself, its configs the latest ones: a snapshot writes
+        # it back as one TopicRecord.
+        self._topics[record.topic_id] = replace(topic, configs=record.configs)
 
     def _apply_partition(self, record: PartitionRecord) -> None:
         partitions = self._partitions.get(record.topic_id)

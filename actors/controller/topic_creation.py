@@ -12,12 +12,15 @@ they have a leader), their replicas on live brokers New -> Online, and the live 
 LeaderAndIsr (is_new) and every live broker UpdateMetadata.
 
 State: none of its own; it works on the controller actor's (actors/controller/context.py), from
-the actor's CreateTopics handler. Topic deletion is in actors/controller/topic_deletion.py.
+the actor's CreateTopics handler. CreatePartitions (actors/controller/partition_creation.py)
+starts its new partitions the same way (`new_partition`, `start_partitions`). Topic deletion is
+in actors/controller/topic_deletion.py.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import replace
 
 from actors.controller.context import ControllerContext
@@ -99,21 +102,29 @@ def _plan(
 
 def _records(ctx: ControllerContext, plan: TopicPlan, eligible: set[int]) -> _Created:
     topic_id = ctx.model.new_topic_id(ctx.rng)
-    partitions = []
-    for index, replicas in enumerate(plan.assignment):
-        alive = [r for r in replicas if r in eligible]
-        partitions.append(
-            PartitionRecord(
-                topic_id,
-                index,
-                tuple(replicas),
-                tuple(alive) if alive else tuple(replicas),
-                alive[0] if alive else NO_LEADER,
-                0,
-                0,
-            )
-        )
+    partitions = [
+        new_partition(topic_id, index, replicas, eligible)
+        for index, replicas in enumerate(plan.assignment)
+    ]
     return TopicRecord(plan.name, topic_id, plan.configs), partitions
+
+
+def new_partition(
+    topic_id: bytes, index: int, replicas: Sequence[int], eligible: Collection[int]
+) -> PartitionRecord:
+    """A new partition's first state (a new topic's, or one CreatePartitions adds): its eligible
+    replicas as ISR and the first of them as leader; none eligible, no leader yet and the whole
+    assignment as ISR, so the first replica to return can lead."""
+    alive = [r for r in replicas if r in eligible]
+    return PartitionRecord(
+        topic_id,
+        index,
+        tuple(replicas),
+        tuple(alive) if alive else tuple(replicas),
+        alive[0] if alive else NO_LEADER,
+        0,
+        0,
+    )
 
 
 async def _commit_and_announce(ctx: ControllerContext, created: list[_Created]) -> None:
@@ -123,22 +134,29 @@ async def _commit_and_announce(ctx: ControllerContext, created: list[_Created]) 
         for p in partitions:
             change.add(p)
     await ctx.journal.commit(change)
-    live = ctx.sessions.live()
     outbox = Outbox(metadata_everything=True)
     for record, partitions in created:
         log.info("%s: created topic %s with %d partitions", ctx.name, record.name, len(partitions))
-        for p in partitions:
-            tp = TopicPartition(record.name, p.partition)
-            keys = [ReplicaKey(tp, r) for r in p.replicas]
-            ctx.partition_states.transition([tp], PartitionState.NEW)
-            ctx.replica_states.transition(keys, ReplicaState.NEW)
-            if p.leader != NO_LEADER:
-                ctx.partition_states.transition([tp], PartitionState.ONLINE)
-            ctx.replica_states.transition(
-                [k for k in keys if k.broker_id in live], ReplicaState.ONLINE
-            )
-            outbox.lead_or_follow([r for r in p.replicas if r in live], tp, is_new=True)
+        start_partitions(ctx, record.name, partitions, outbox)
     ctx.sender.flush(outbox)
+
+
+def start_partitions(
+    ctx: ControllerContext, topic: str, partitions: Iterable[PartitionRecord], outbox: Outbox
+) -> None:
+    """Committed new partitions into the state machines (New, then Online when led; their
+    replicas on live brokers Online) and into `outbox`: LeaderAndIsr (is_new) to their live
+    replicas, and UpdateMetadata."""
+    live = ctx.sessions.live()
+    for p in partitions:
+        tp = TopicPartition(topic, p.partition)
+        keys = [ReplicaKey(tp, r) for r in p.replicas]
+        ctx.partition_states.transition([tp], PartitionState.NEW)
+        ctx.replica_states.transition(keys, ReplicaState.NEW)
+        if p.leader != NO_LEADER:
+            ctx.partition_states.transition([tp], PartitionState.ONLINE)
+        ctx.replica_states.transition([k for k in keys if k.broker_id in live], ReplicaState.ONLINE)
+        outbox.lead_or_follow([r for r in p.replicas if r in live], tp, is_new=True)
 
 
 class _Names:

@@ -1,8 +1,9 @@
 """`ControllerForwarder`: admin requests from clients, forwarded to the controller (KIP-590).
 
-Every broker accepts CreateTopics, DeleteTopics and DescribeCluster from clients and forwards them
-over its credentialed control channel (node/broker/lifecycle.py's `ControllerChannel`), since
-ketch's controller is not a broker clients can reach. The class docstring has the retry rules.
+Every broker accepts CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs and
+DescribeCluster from clients and forwards them over its credentialed control channel
+(node/broker/lifecycle.py's `ControllerChannel`), since ketch's controller is not a broker
+clients can reach. The class docstring has the retry rules.
 
 Ownership: stateless between requests apart from its backoff settings and a seeded random source
 for jitter; each forward is its own coroutine on the event loop, waiting on the injected clock.
@@ -21,12 +22,16 @@ from runtime.net.backoff import ExponentialBackoff
 from wire.error_responses import error_response
 from wire.errors import ErrorCode
 from wire.messages import (
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DescribeClusterRequest,
     DescribeClusterResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
     Request,
     Response,
 )
@@ -37,8 +42,8 @@ _UNREACHABLE: Final = "the controller could not be reached"
 
 
 class ControllerForwarder:
-    """Forwards clients' CreateTopics / DeleteTopics / DescribeCluster to the controller;
-    returns its answer.
+    """Forwards clients' CreateTopics / DeleteTopics / CreatePartitions /
+    IncrementalAlterConfigs / DescribeCluster to the controller; returns its answer.
 
     While the controller cannot be reached the request is resent (backoff 100 ms doubling, up
     to 1 s) until `budget_ms` (the broker's request.timeout.ms, as Kafka's forwarding channel)
@@ -71,6 +76,18 @@ class ControllerForwarder:
     async def delete_topics(self, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
         response = await self._forward(request)
         assert isinstance(response, DeleteTopicsResponse), response
+        return response
+
+    async def create_partitions(self, request: CreatePartitionsRequest) -> CreatePartitionsResponse:
+        response = await self._forward(request)
+        assert isinstance(response, CreatePartitionsResponse), response
+        return response
+
+    async def incremental_alter_configs(
+        self, request: IncrementalAlterConfigsRequest
+    ) -> IncrementalAlterConfigsResponse:
+        response = await self._forward(request)
+        assert isinstance(response, IncrementalAlterConfigsResponse), response
         return response
 
     async def describe_cluster(self, request: DescribeClusterRequest) -> DescribeClusterResponse:

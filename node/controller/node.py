@@ -5,9 +5,9 @@
     ControllerActor              every controller event, one at a time
     Server                       the controller's listener: BrokerRegistration, BrokerHeartbeat,
                                  AlterPartition, ControlledShutdown, AllocateProducerIds,
-                                 and the CreateTopics /
-                                 DeleteTopics / DescribeCluster that brokers forward for
-                                 clients (KIP-590)
+                                 and the CreateTopics / DeleteTopics / CreatePartitions /
+                                 IncrementalAlterConfigs / DescribeCluster that brokers
+                                 forward for clients (KIP-590)
 
 Only cluster members talk to the controller: every request here needs a connection that proved
 the cluster credential, forwarded topic requests included (a client must go through a broker),
@@ -40,10 +40,12 @@ from actors.controller.messages import (
     ClusterStatus,
     ControlledShutdown,
     ControllerConfig,
+    CreatePartitions,
     CreateTopics,
     DeleteTopics,
     DescribeCluster,
     Heartbeat,
+    IncrementalAlterConfigs,
     RegisterBroker,
 )
 from runtime.actor import Actor, Ask
@@ -111,6 +113,8 @@ class ControllerNode:
             ApiKey.ALLOCATE_PRODUCER_IDS: self._forward(AllocateProducerIds),
             ApiKey.CREATE_TOPICS: self._forward(CreateTopics),
             ApiKey.DELETE_TOPICS: self._forward(DeleteTopics),
+            ApiKey.CREATE_PARTITIONS: self._forward(CreatePartitions),
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: self._forward(IncrementalAlterConfigs),
             ApiKey.DESCRIBE_CLUSTER: self._describe_cluster,
         }
         self.server = Server(

@@ -32,9 +32,10 @@ and the few places where Kafka's semantics need more than the field-by-field con
   too; Kafka accepts it only from a principal with ClusterAction, which the handler can decide
   from `RequestContext.api_version` and `cluster_member` (the native request looks the same).
 - The Kafka responses of AddPartitionsToTxn v0-3, TxnOffsetCommit, DescribeProducers,
-  DescribeTransactions and DeleteGroups have no top-level error code: a native answer with one
-  is answered on each requested partition (transactional id, group) instead, as Kafka's
-  `getErrorResponse` does, or it would read as a success.
+  DescribeTransactions, DeleteGroups, CreatePartitions and IncrementalAlterConfigs have no
+  top-level error code: a native answer with one is answered on each requested partition
+  (transactional id, group, topic, config resource) instead, as Kafka's `getErrorResponse`
+  does, or it would read as a success.
 - Error codes older clients do not know are answered as Kafka answers them: PRODUCER_FENCED as
   INVALID_PRODUCER_EPOCH before InitProducerId v4 and AddPartitionsToTxn, AddOffsetsToTxn and
   EndTxn v2; COORDINATOR_LOAD_IN_PROGRESS as COORDINATOR_NOT_AVAILABLE before TxnOffsetCommit v2.
@@ -46,7 +47,7 @@ API mapped here stays unadvertised until node/broker/apis.py serves it.
 A handler that fails is answered the way Kafka answers an unexpected exception: the request's
 own topics and partitions, each with the error code (`wire.error_responses`).
 
-The module is one role, the table and its hooks, kept together (a little over 500 lines) so each
+The module is one role, the table and its hooks, kept together (a little over 550 lines) so each
 API's version quirks sit beside its entry.
 """
 
@@ -68,6 +69,7 @@ from wire.messages import (
     AddPartitionsToTxnTopic,
     AddPartitionsToTxnTransaction,
     ApiKey,
+    CreatePartitionsRequest,
     CreateTopicsRequest,
     DeleteGroupsRequest,
     DeleteTopicsRequest,
@@ -85,6 +87,7 @@ from wire.messages import (
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     HeartbeatRequest,
+    IncrementalAlterConfigsRequest,
     InitProducerIdRequest,
     JoinGroupRequest,
     LeaveGroupRequest,
@@ -454,6 +457,22 @@ APIS: Final[dict[int, KafkaApi]] = {
         KafkaApi(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 4, OffsetForLeaderEpochRequest),
         KafkaApi(ApiKey.CREATE_TOPICS, 2, 5, CreateTopicsRequest),
         KafkaApi(ApiKey.DELETE_TOPICS, 1, 4, DeleteTopicsRequest),
+        KafkaApi(
+            ApiKey.CREATE_PARTITIONS,
+            0,
+            3,
+            CreatePartitionsRequest,
+            request_hook=_kept_as_note(CreatePartitionsRequest),
+            response_hook=_errors_per_item,
+        ),
+        KafkaApi(
+            ApiKey.INCREMENTAL_ALTER_CONFIGS,
+            0,
+            1,
+            IncrementalAlterConfigsRequest,
+            request_hook=_kept_as_note(IncrementalAlterConfigsRequest),
+            response_hook=_errors_per_item,
+        ),
         KafkaApi(
             ApiKey.INIT_PRODUCER_ID,
             0,

@@ -7,6 +7,7 @@ definitions live in modules by API group:
     fields.py   the field types (Int8, Uuid, ...) and the body codec generated from them
     data.py     ApiVersions, Metadata, Produce, Fetch, ListOffsets, OffsetForLeaderEpoch
     admin.py    CreateTopics, DeleteTopics, DescribeConfigs, DescribeCluster
+    alter.py    CreatePartitions, IncrementalAlterConfigs
     control.py  LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown, AlterPartition,
                 BrokerRegistration, BrokerHeartbeat (cluster credential required)
     auth.py     SaslHandshake, SaslAuthenticate
@@ -41,6 +42,18 @@ from wire.messages.admin import (
     DescribeConfigsResponse,
     DescribeConfigsResult,
     DescribeConfigsSynonym,
+)
+from wire.messages.alter import (
+    AlterableConfig,
+    AlterConfigsResource,
+    AlterConfigsResourceResponse,
+    CreatePartitionsAssignment,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreatePartitionsTopic,
+    CreatePartitionsTopicResult,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
 )
 from wire.messages.auth import (
     SaslAuthenticateRequest,
@@ -250,12 +263,15 @@ __all__ = [
     "AddPartitionsToTxnTransaction",
     "AllocateProducerIdsRequest",
     "AllocateProducerIdsResponse",
+    "AlterConfigsResource",
+    "AlterConfigsResourceResponse",
     "AlterPartitionPartitionData",
     "AlterPartitionPartitionResult",
     "AlterPartitionRequest",
     "AlterPartitionResponse",
     "AlterPartitionTopicData",
     "AlterPartitionTopicResult",
+    "AlterableConfig",
     "ApiKey",
     "ApiVersionsRequest",
     "ApiVersionsResponse",
@@ -273,6 +289,11 @@ __all__ = [
     "CreatableTopic",
     "CreatableTopicConfig",
     "CreatableTopicResult",
+    "CreatePartitionsAssignment",
+    "CreatePartitionsRequest",
+    "CreatePartitionsResponse",
+    "CreatePartitionsTopic",
+    "CreatePartitionsTopicResult",
     "CreateTopicsRequest",
     "CreateTopicsResponse",
     "DeletableGroupResult",
@@ -319,6 +340,8 @@ __all__ = [
     "FixedLen",
     "HeartbeatRequest",
     "HeartbeatResponse",
+    "IncrementalAlterConfigsRequest",
+    "IncrementalAlterConfigsResponse",
     "InitProducerIdRequest",
     "InitProducerIdResponse",
     "Int8",

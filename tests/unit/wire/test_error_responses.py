@@ -12,7 +12,11 @@ from wire.messages import (
     AddPartitionsToTxnResponse,
     AddPartitionsToTxnTopic,
     AddPartitionsToTxnTransaction,
+    AlterConfigsResource,
     CreatableTopic,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreatePartitionsTopic,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteTopicsRequest,
@@ -26,6 +30,8 @@ from wire.messages import (
     DescribeTransactionsResponse,
     HeartbeatRequest,
     HeartbeatResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
     TxnOffsetCommitRequest,
     TxnOffsetCommitRequestPartition,
     TxnOffsetCommitRequestTopic,
@@ -133,3 +139,29 @@ def test_transaction_requests_get_the_code_on_each_partition_or_transactional_id
         transactional_id="a", producer_id=1, producer_epoch=0, group_id="g"
     )
     assert error_response(offsets, TIMED_OUT) == AddOffsetsToTxnResponse(error_code=TIMED_OUT)
+
+
+def test_topic_alterations_get_the_code_on_each_topic_or_resource() -> None:
+    grow = CreatePartitionsRequest(
+        topics=[CreatePartitionsTopic(name="a", count=3), CreatePartitionsTopic(name="b", count=2)]
+    )
+    grown = error_response(grow, TIMED_OUT, "unreachable")
+    assert isinstance(grown, CreatePartitionsResponse)
+    assert grown.error_code == 0  # Kafka's response has no top-level code
+    assert [(r.name, r.error_code, r.error_message) for r in grown.results] == [
+        ("a", TIMED_OUT, "unreachable"),
+        ("b", TIMED_OUT, "unreachable"),
+    ]
+    alter = IncrementalAlterConfigsRequest(
+        resources=[
+            AlterConfigsResource(resource_type=2, resource_name="a"),
+            AlterConfigsResource(resource_type=4, resource_name="0"),
+        ]
+    )
+    altered = error_response(alter, TIMED_OUT)
+    assert isinstance(altered, IncrementalAlterConfigsResponse)
+    assert altered.error_code == 0
+    assert [(r.resource_type, r.resource_name, r.error_code) for r in altered.responses] == [
+        (2, "a", TIMED_OUT),
+        (4, "0", TIMED_OUT),
+    ]

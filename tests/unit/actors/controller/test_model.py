@@ -29,6 +29,7 @@ from wire.metadata_records import (
     Record,
     RegisterBrokerRecord,
     RemoveTopicRecord,
+    TopicConfigsRecord,
     TopicDeletionRecord,
     TopicRecord,
     UnfenceBrokerRecord,
@@ -255,6 +256,7 @@ def random_record(model: ControllerModel, rng: random.Random) -> Record | None:
     brokers = model.brokers()
     topics = model.topics()
     kinds = ["epoch", "register", "fence", "unfence", "topic", "queue", "remove", "producer_ids"]
+    kinds.append("configs")
     kind = rng.choice([*kinds, "cluster_id", "change", "change", "change"])
     if kind == "epoch":
         return ControllerEpochRecord(model.controller_epoch + rng.randint(0, 2))
@@ -308,6 +310,9 @@ def random_record(model: ControllerModel, rng: random.Random) -> Record | None:
         return PartitionRecord(
             topic.topic_id, number, current.replicas, isr, leader, leader_epoch, partition_epoch
         )
+    if kind == "configs" and topics:
+        configs = {"retention.ms": str(rng.randint(1, 9) * 1000)} if rng.random() < 0.7 else {}
+        return TopicConfigsRecord(rng.choice(topics).topic_id, configs)
     if kind == "queue":
         candidates = [t for t in topics if not model.is_queued_for_deletion(t.topic_id)]
         return TopicDeletionRecord(rng.choice(candidates).topic_id) if candidates else None

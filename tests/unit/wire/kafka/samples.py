@@ -14,11 +14,19 @@ from wire.messages import (
     AddPartitionsToTxnTopic,
     AddPartitionsToTxnTopicResult,
     AddPartitionsToTxnTransaction,
+    AlterableConfig,
+    AlterConfigsResource,
+    AlterConfigsResourceResponse,
     ApiKey,
     CreatableReplicaAssignment,
     CreatableTopic,
     CreatableTopicConfig,
     CreatableTopicResult,
+    CreatePartitionsAssignment,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreatePartitionsTopic,
+    CreatePartitionsTopicResult,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeletableTopicResult,
@@ -49,6 +57,8 @@ from wire.messages import (
     FetchResponse,
     FetchResponsePartition,
     FetchTopic,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
     ListedTransaction,
@@ -170,6 +180,36 @@ REQUESTS: Final[dict[int, Request]] = {
         validate_only=False,
     ),
     ApiKey.DELETE_TOPICS: DeleteTopicsRequest(topic_names=["orders", "audit"], timeout_ms=9000),
+    ApiKey.CREATE_PARTITIONS: CreatePartitionsRequest(
+        topics=[
+            CreatePartitionsTopic(name="orders", count=6),
+            CreatePartitionsTopic(
+                name="audit",
+                count=3,
+                assignments=[
+                    CreatePartitionsAssignment(broker_ids=[1, 2]),
+                    CreatePartitionsAssignment(broker_ids=[2, 0]),
+                ],
+            ),
+        ],
+        timeout_ms=25_000,
+        validate_only=True,
+    ),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: IncrementalAlterConfigsRequest(
+        resources=[
+            AlterConfigsResource(
+                resource_type=2,
+                resource_name="orders",
+                configs=[
+                    AlterableConfig(name="retention.ms", config_operation=0, value="3600000"),
+                    AlterableConfig(name="segment.bytes", config_operation=1, value=None),
+                    AlterableConfig(name="cleanup.policy", config_operation=2, value="compact"),
+                ],
+            ),
+            AlterConfigsResource(resource_type=4, resource_name="1", configs=[]),
+        ],
+        validate_only=True,
+    ),
     ApiKey.DESCRIBE_CONFIGS: DescribeConfigsRequest(
         resources=[
             DescribeConfigsResource(resource_type=2, resource_name="orders"),
@@ -328,6 +368,25 @@ RESPONSES: Final[dict[int, Response]] = {
         responses=[
             DeletableTopicResult(name="orders"),
             DeletableTopicResult(name="audit", error_code=3, error_message="unknown"),
+        ]
+    ),
+    ApiKey.CREATE_PARTITIONS: CreatePartitionsResponse(
+        results=[
+            CreatePartitionsTopicResult(name="orders"),
+            CreatePartitionsTopicResult(
+                name="audit", error_code=37, error_message="Topic already has 3 partitions."
+            ),
+        ]
+    ),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: IncrementalAlterConfigsResponse(
+        responses=[
+            AlterConfigsResourceResponse(resource_type=2, resource_name="orders"),
+            AlterConfigsResourceResponse(
+                error_code=42,
+                error_message="dynamic broker configs are not supported",
+                resource_type=4,
+                resource_name="1",
+            ),
         ]
     ),
     ApiKey.DESCRIBE_CONFIGS: DescribeConfigsResponse(

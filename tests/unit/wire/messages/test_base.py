@@ -102,7 +102,9 @@ KAFKA_API_KEYS = {
     "WRITE_TXN_MARKERS": 27,
     "TXN_OFFSET_COMMIT": 28,
     "SASL_AUTHENTICATE": 36,
+    "CREATE_PARTITIONS": 37,
     "DELETE_GROUPS": 42,
+    "INCREMENTAL_ALTER_CONFIGS": 44,
     "OFFSET_DELETE": 47,
     "ALTER_PARTITION": 56,
     "DESCRIBE_CLUSTER": 60,
@@ -121,7 +123,8 @@ def test_api_keys_are_kafkas() -> None:
 
 def test_supported_versions_lists_every_implemented_api() -> None:
     implemented = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 22}
-    implemented |= {23, 24, 25, 26, 27, 28, 32, 36, 42, 47, 56, 60, 61, 62, 63, 65, 66, 67}
+    implemented |= {23, 24, 25, 26, 27, 28, 32, 36, 37, 42, 44, 47, 56, 60, 61, 62, 63, 65, 66}
+    implemented |= {67}
     assert m.supported_versions() == dict.fromkeys(sorted(implemented), (0, 0))
 
 
