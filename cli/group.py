@@ -61,7 +61,6 @@ from client.client import Client
 from client.errors import ClientError, ConnectionFailedError, ConnectionLostError
 from runtime.net.transport import Address
 from wire.errors import ErrorCode, KafkaError
-from wire.kafka.consumer_protocol import read_assignment, read_subscription
 from wire.messages import (
     DescribedGroup,
     DescribedGroupMember,
@@ -395,6 +394,9 @@ async def _retrying(attempt: Callable[[], Awaitable[T]]) -> T:
 
 
 def _member(member: DescribedGroupMember, protocol_type: str) -> MemberDescription:
+    # Imported here: it loads kio's schemas (~0.1 s), which only `group describe` needs.
+    from wire.kafka.consumer_protocol import read_assignment, read_subscription
+
     consumer = protocol_type == CONSUMER_PROTOCOL
     return MemberDescription(
         member_id=member.member_id,

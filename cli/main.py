@@ -4,7 +4,9 @@ Subcommands are registered by the layer that implements them (each module's `reg
 
 Two kinds of subcommand:
 * argparse subcommands (`up`, `topic`, `group`, `produce`, `consume`, `cluster`, `config`,
-  `bench`, `dump-log`): a registrar in `_REGISTRARS` adds the parser and sets `handler`;
+  `bench`, `dump-log`): `_COMMANDS` names each one's help line and its registrar, which adds
+  the parser and sets `handler`; only the registrar of the command being run is imported (the
+  others are listed by their help line), so a command starts without loading the rest;
 * pass-throughs (`broker`, `controller`): a process with its own parser and `main(argv)` in its
   module; `_PASS_THROUGH` names the module, and everything after the command word goes to that
   `main` untouched, so `ketch broker --help` is the broker's own help. They still appear in
@@ -17,21 +19,13 @@ A new command is one entry in one of the two tables.
 from __future__ import annotations
 
 import argparse
-import functools
 import importlib
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Final, Protocol, cast
 
-from bench import latency as bench_latency
-from cli import cluster_admin as cli_cluster_admin
-from cli import data as cli_data
-from cli import group as cli_group
-from cli import health as cli_health
-from cli import status as cli_status
-from cli import topic as cli_topic
-from cli.common import CommandParser
-from cli.up import supervisor as up
+from cli.parsing import CommandParser
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -47,7 +41,7 @@ def _cmd_dump_log(args: argparse.Namespace) -> int:
     )
 
 
-def _add_dump_log(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_dump_log(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dump = commands.add_parser(
         "dump-log",
         help=(
@@ -72,21 +66,58 @@ class _ProcessModule(Protocol):
 # A registrar may return what it added (cli/status.py returns its group).
 Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], object]
 
-_REGISTRARS: Final[tuple[Registrar, ...]] = (
-    up.register,
-    cli_topic.register,
-    cli_group.register,
-    cli_data.register,
-    functools.partial(
-        cli_status.register,
-        cluster_extensions=[
-            cli_cluster_admin.register_cluster_commands,
-            cli_health.register_cluster_commands,
-        ],
+
+@dataclass(frozen=True, slots=True)
+class _Command:
+    """A top-level command: its help line for `ketch --help`, and where its parser is built
+    ("module:function", imported only when the command runs or the whole parser is built)."""
+
+    help: str
+    registrar: str
+
+    def register(self, commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+        module, _, function = self.registrar.partition(":")
+        registrar: Registrar = getattr(importlib.import_module(module), function)
+        registrar(commands)
+
+
+# Each command's module is imported only when that command runs: importing them all (the client,
+# the group protocol's kio schemas, the benchmarks, the node configs) cost every `ketch` call
+# about 0.75 s before it did anything.
+_COMMANDS: Final[dict[str, _Command]] = {
+    "up": _Command("run a local cluster in the foreground", "cli.up.supervisor:register"),
+    "topic": _Command("create, list, describe, alter and delete topics", "cli.topic:register"),
+    "group": _Command(
+        "list, describe and delete consumer groups; reset their offsets", "cli.group:register"
     ),
-    bench_latency.register,
-    _add_dump_log,
-)
+    "produce": _Command(
+        "write lines from stdin (or generated records) to a topic", "cli.produce:register"
+    ),
+    "consume": _Command(
+        "print a topic's records (kcat-style formats, consumer groups)", "cli.consume:register"
+    ),
+    "cluster": _Command("the cluster's controller and brokers", "cli.main:register_cluster"),
+    "config": _Command("node configuration", "cli.config_cmd:register"),
+    "bench": _Command("benchmarks", "bench.latency:register"),
+    "dump-log": _Command(
+        "print and check segment files (.log, .index, .timeindex, .txnindex, .snapshot, or a dir)",
+        "cli.main:add_dump_log",
+    ),
+}
+
+
+def register_cluster(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`cluster status|health|shutdown-broker|start-broker`: cli/status.py's group with the
+    commands of cli/cluster_admin.py and cli/health.py added."""
+    from cli import cluster_admin, health, status
+
+    cluster = commands.add_parser("cluster", help=_COMMANDS["cluster"].help)
+    actions = cluster.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
+    status.register_cluster_commands(actions)
+    cluster_admin.register_cluster_commands(actions)
+    health.register_cluster_commands(actions)
+
+
 # command -> (module with build_parser() and main(argv), help)
 _PASS_THROUGH: Final[dict[str, tuple[str, str]]] = {
     "broker": ("node.broker.main", "run one broker (its own flags: ketch broker --help)"),
@@ -105,9 +136,11 @@ def _process_module(command: str) -> _ProcessModule:
     return module
 
 
-def build_parser(*, node_flags: bool = True) -> argparse.ArgumentParser:
-    """The whole `ketch` parser. With node_flags=False the pass-throughs are only listed (for
-    `ketch --help`), which spares the other commands a second of importing the nodes."""
+def build_parser(*, node_flags: bool = True, only: str | None = None) -> argparse.ArgumentParser:
+    """The `ketch` parser. With `only`, just that command is built (every other is listed with
+    its help line), so a command imports only its own modules. With node_flags=False the
+    pass-throughs are only listed, which spares the other commands a second of importing the
+    nodes."""
     parser = argparse.ArgumentParser(prog="ketch", description="A Kafka-style log broker.")
     # Typed as the registrars take it: a CommandParser is an ArgumentParser.
     commands = cast(
@@ -116,14 +149,17 @@ def build_parser(*, node_flags: bool = True) -> argparse.ArgumentParser:
             dest="command", required=True, metavar="COMMAND", parser_class=CommandParser
         ),
     )
-    for register in _REGISTRARS:
-        register(commands)
-    for command, (_, help_text) in _PASS_THROUGH.items():
-        if node_flags:
-            own = _process_module(command).build_parser()
-            commands.add_parser(command, help=help_text, parents=[own], add_help=False)
+    for name, command in _COMMANDS.items():
+        if only is None or only == name:
+            command.register(commands)
         else:
-            commands.add_parser(command, help=help_text)
+            commands.add_parser(name, help=command.help)
+    for name, (_, help_text) in _PASS_THROUGH.items():
+        if node_flags:
+            own = _process_module(name).build_parser()
+            commands.add_parser(name, help=help_text, parents=[own], add_help=False)
+        else:
+            commands.add_parser(name, help=help_text)
     return parser
 
 
@@ -131,7 +167,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     if words and words[0] in _PASS_THROUGH:
         return _process_module(words[0]).main(words[1:])
-    args = build_parser(node_flags=False).parse_args(words)
+    # `ketch --help`, no command or an unknown one: only the list of commands is built.
+    only = words[0] if words and words[0] in _COMMANDS else ""
+    args = build_parser(node_flags=False, only=only).parse_args(words)
     code: int = args.handler(args)
     return code
 

@@ -67,7 +67,6 @@ from client.client import Client
 from client.errors import ClientError
 from runtime.config import ConfigError, parse_override
 from wire.errors import ErrorCode, KafkaError
-from wire.group_records import OFFSETS_TOPIC
 from wire.messages import (
     AlterableConfig,
     AlterConfigsResource,
@@ -82,8 +81,7 @@ from wire.messages import (
 )
 from wire.messages.admin import RESOURCE_TOPIC
 from wire.messages.alter import CONFIG_OPERATION_DELETE, CONFIG_OPERATION_SET
-from wire.topic import quoted_topic_name
-from wire.transaction_log import TRANSACTION_STATE_TOPIC
+from wire.topic import INTERNAL_TOPICS, quoted_topic_name
 
 PROG: Final = "ketch topic"
 DELETE_WAIT_S: Final = 10.0
@@ -93,7 +91,6 @@ ALTER_WAIT_S: Final = 10.0
 ALTER_POLL_S: Final = 0.05
 ALTER_TIMEOUT_MS: Final = 30_000
 NO_LEADER: Final = -1
-INTERNAL_TOPICS: Final = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 
 # What a user can do about a refusal, by Kafka's error code; a code not here is explained by the
 # controller's own message alone.

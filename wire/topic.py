@@ -26,6 +26,10 @@ from typing import Final
 from wire.messages.fields import ZERO_UUID
 
 MAX_TOPIC_NAME_LENGTH: Final = 249
+# The coordinators' topics (wire/group_records.py's OFFSETS_TOPIC, wire/transaction_log.py's
+# TRANSACTION_STATE_TOPIC; a test keeps them equal), named here too so that whoever only needs
+# to recognise them need not import those modules' record codecs.
+INTERNAL_TOPICS: Final = frozenset({"__consumer_offsets", "__transaction_state"})
 LEGAL_TOPIC_CHARACTERS: Final = frozenset(string.ascii_letters + string.digits + "._-")
 _TOPIC_RE: Final = re.compile(r"[a-zA-Z0-9._-]+")
 # An error message quotes at most this much of a name (a 300-character name helps nobody twice).

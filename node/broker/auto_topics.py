@@ -38,7 +38,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Final
 
-from actors.metadata_cache import INTERNAL_TOPICS
 from runtime.properties import config_from_properties
 from wire.errors import ErrorCode
 from wire.messages import (
@@ -49,7 +48,7 @@ from wire.messages import (
     MetadataResponse,
     MetadataResponseTopic,
 )
-from wire.topic import validate_topic_name
+from wire.topic import INTERNAL_TOPICS, validate_topic_name
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from wire.group_records import OFFSETS_TOPIC
 from wire.topic import (
+    INTERNAL_TOPICS,
     MAX_TOPIC_NAME_LENGTH,
     TopicPartition,
     quoted_topic_name,
@@ -13,6 +15,7 @@ from wire.topic import (
     topic_name_warning,
     validate_topic_name,
 )
+from wire.transaction_log import TRANSACTION_STATE_TOPIC
 
 
 @pytest.mark.parametrize(
@@ -91,3 +94,7 @@ def test_dot_and_underscore_warning(name: str, warned: bool) -> None:
     if warning is not None:
         assert "'.' and '_'" in warning
         assert "collide" in warning
+
+
+def test_the_internal_topic_names_are_the_coordinators_topics() -> None:
+    assert frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC}) == INTERNAL_TOPICS
