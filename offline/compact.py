@@ -473,24 +473,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CompactError as exc:
         print(f"ketch compact: refused: {exc}", file=sys.stderr)
         return 1
+    from rich.console import Console
+
     from offline.spark_session import build_session
 
+    # A spinner on stderr while Spark works (a terminal only: rich draws nothing elsewhere).
+    working = Console(stderr=True).status(
+        f"compacting {args.topic} in {args.data_dir} with Spark ({args.master})"
+    )
     try:
-        spark = build_session(
-            args.master, "ketch compact", spark_conf, driver_memory=args.driver_memory
-        )
-        try:
-            result = run_compact(
-                spark,
-                args.data_dir,
-                args.topic,
-                now_ms=time.time_ns() // 1_000_000,
-                staging_dir=args.staging_dir,
-                install=args.install,
-                config_overrides=topic_config,
+        with working:
+            spark = build_session(
+                args.master, "ketch compact", spark_conf, driver_memory=args.driver_memory
             )
-        finally:
-            spark.stop()
+            try:
+                result = run_compact(
+                    spark,
+                    args.data_dir,
+                    args.topic,
+                    now_ms=time.time_ns() // 1_000_000,
+                    staging_dir=args.staging_dir,
+                    install=args.install,
+                    config_overrides=topic_config,
+                )
+            finally:
+                spark.stop()
     except CompactError as exc:
         print(f"ketch compact: refused: {exc}", file=sys.stderr)
         return 1
