@@ -200,10 +200,23 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Adds `bench latency` (`ketch bench latency ...`) to a `ketch` subparsers action."""
-    bench = subparsers.add_parser("bench", help="benchmarks")
+    bench = subparsers.add_parser(
+        "bench",
+        help="benchmarks",
+        epilog="examples:\n  ketch bench latency --duration 5\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = bench.add_subparsers(dest="bench_command", required=True, metavar="BENCHMARK")
     latency = commands.add_parser(
-        "latency", help="request latency: floor, produce acks 0/1/all, end-to-end, throughput"
+        "latency",
+        help="request latency: floor, produce acks 0/1/all, end-to-end, throughput",
+        epilog=(
+            "examples:\n"
+            "  ketch bench latency --duration 5 --json out.json --plot out.png\n"
+            "  ketch bench latency --bootstrap 127.0.0.1:9092 --acks all --rate 1000\n"
+            "  ketch bench latency --protocol kafka --kafka-client aiokafka --duration 10\n"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     build_parser(latency)
     # cli/main.py dispatches on `handler`; `func` is the name the issue's brief used.

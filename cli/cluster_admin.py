@@ -38,11 +38,25 @@ DEFAULT_DATA_DIR: Final = Path("./data")
 
 def register_cluster_commands(cluster_subparsers: SubParsers[argparse.ArgumentParser]) -> None:
     """Add shutdown-broker and start-broker under an existing `ketch cluster` parser."""
-    for name, help_text in (
-        (SHUTDOWN_BROKER, "controlled shutdown of one broker of the `ketch up` cluster"),
-        (START_BROKER, "start a broker stopped with shutdown-broker again"),
+    for name, help_text, examples in (
+        (
+            SHUTDOWN_BROKER,
+            "controlled shutdown of one broker of the `ketch up` cluster",
+            "  ketch cluster shutdown-broker 1       # down until start-broker 1\n"
+            "  ketch cluster shutdown-broker 2 --data-dir data\n",
+        ),
+        (
+            START_BROKER,
+            "start a broker stopped with shutdown-broker again",
+            "  ketch cluster start-broker 1\n  ketch cluster start-broker 2 --data-dir data\n",
+        ),
     ):
-        parser = cluster_subparsers.add_parser(name, help=help_text)
+        parser = cluster_subparsers.add_parser(
+            name,
+            help=help_text,
+            epilog=f"examples:\n{examples}",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         parser.add_argument("broker_id", type=int, metavar="ID", help="the broker's id")
         parser.add_argument(
             "--data-dir",

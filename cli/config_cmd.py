@@ -99,7 +99,16 @@ class BrokerSettings:
 
 def register(subparsers: SubParsers[argparse.ArgumentParser]) -> None:
     """Add `config show`."""
-    config = subparsers.add_parser("config", help="node configuration")
+    config = subparsers.add_parser(
+        "config",
+        help="node configuration",
+        epilog=(
+            "examples:\n"
+            "  ketch config show\n"
+            "  ketch config show --set min.insync.replicas=2 > ketch.toml\n"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     config_commands = config.add_subparsers(dest="config_command", required=True, metavar="ACTION")
     show = config_commands.add_parser(
         "show",
@@ -111,9 +120,10 @@ def register(subparsers: SubParsers[argparse.ArgumentParser]) -> None:
         ),
         epilog=(
             "examples:\n"
-            "  ketch config show                      # broker settings of the running cluster\n"
+            "  ketch config show                  # a running broker's settings\n"
             "  ketch config show --broker 1 --json\n"
-            "  ketch config show --config ketch.toml --set min.insync.replicas=2"
+            "  ketch config show --set min.insync.replicas=2 > ketch.toml  # a config file\n"
+            "  ketch config show --config ketch.toml   # checked as a node checks it\n"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

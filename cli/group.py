@@ -197,18 +197,35 @@ class ListedGroupRow:
 
 def register(subparsers: SubParsers[argparse.ArgumentParser]) -> None:
     group = subparsers.add_parser(
-        "group", help="list, describe and delete consumer groups, reset their offsets"
+        "group",
+        help="list, describe and delete consumer groups, reset their offsets",
+        epilog=(
+            "examples:\n"
+            "  ketch group list\n"
+            "  ketch group describe my-group\n"
+            "  ketch group reset-offsets --group my-group --topic orders --to-earliest\n"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     actions = group.add_subparsers(dest="group_command", required=True, metavar="ACTION")
 
-    add_query_command(actions, "list", "list the consumer groups of every broker", cmd_list)
-    add_query_command(
+    listing = add_query_command(
+        actions, "list", "list the consumer groups of every broker", cmd_list
+    )
+    # add_query_command (cli/common.py) takes no epilog: set on the parser it returns.
+    listing.epilog = "examples:\n  ketch group list\n  ketch group list --json\n"
+    listing.formatter_class = argparse.RawDescriptionHelpFormatter
+    describe = add_query_command(
         actions,
         "describe",
         "state, members, assignments, committed offsets and lag of a group",
         cmd_describe,
         positional=("group", "GROUP"),
     )
+    describe.epilog = (
+        "examples:\n  ketch group describe my-group\n  ketch group describe my-group --json\n"
+    )
+    describe.formatter_class = argparse.RawDescriptionHelpFormatter
     # Imported here, not at the top: group_admin uses this module's coordinator helpers, so
     # this module must be whole before it loads.
     from cli import group_admin

@@ -112,7 +112,16 @@ ResetTarget = Literal["earliest", "latest", "offset", "datetime", "shift"]
 
 def register(actions: SubParsers[argparse.ArgumentParser]) -> None:
     """Add `delete` and `reset-offsets` to `ketch group` (cli/group.py's `register` calls it)."""
-    delete = actions.add_parser("delete", help="delete empty consumer groups and their offsets")
+    delete = actions.add_parser(
+        "delete",
+        help="delete empty consumer groups and their offsets",
+        epilog=(
+            "examples:\n"
+            "  ketch group delete my-group             # no members left\n"
+            "  ketch group delete my-group billing --bootstrap 127.0.0.1:9093\n"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     delete.add_argument("groups", nargs="+", type=group_id_arg, metavar="GROUP")
     add_bootstrap_flag(delete)
     set_command(delete, cmd_delete)
@@ -120,6 +129,16 @@ def register(actions: SubParsers[argparse.ArgumentParser]) -> None:
     reset = actions.add_parser(
         "reset-offsets",
         help="reset an inactive group's committed offsets (a dry run unless --execute)",
+        epilog=(
+            "examples:\n"
+            "  ketch group reset-offsets --group my-group --topic orders --to-earliest\n"
+            "  ketch group reset-offsets --group my-group --topic orders:0,1 \\\n"
+            "      --to-offset 5 --execute\n"
+            "  ketch group reset-offsets --group my-group --all-topics --shift-by -10\n"
+            "  ketch group reset-offsets --group my-group --topic orders \\\n"
+            "      --to-datetime 2025-01-31T09:00:00 --execute\n"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     reset.add_argument("--group", required=True, type=group_id_arg, metavar="GROUP")
     scope = reset.add_mutually_exclusive_group(required=True)

@@ -258,11 +258,17 @@ def register_cluster_commands(cluster_subparsers: SubParsers[argparse.ArgumentPa
     health = cluster_subparsers.add_parser(
         "health",
         help="healthy or not: brokers down, leaderless and under-replicated partitions",
+        # Line breaks of its own: the raw formatter (for the examples) does not wrap it.
         description=(
-            "Whether the cluster is healthy: a controller, every registered broker up, every "
+            "Whether the cluster is healthy: a controller, every registered broker up, every\n"
             "partition led and fully in sync. Exit 0 healthy, 1 not (or no answer), 2 usage."
         ),
-        epilog="examples: ketch cluster health;  ketch cluster health --json || alert",
+        epilog=(
+            "examples:\n"
+            "  ketch cluster health\n"
+            "  ketch cluster health --json > health.json || echo unhealthy\n"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     health.add_argument("--json", action="store_true", help="print JSON")
     add_bootstrap_flag(health)

@@ -48,6 +48,13 @@ def add_dump_log(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
             "print and check segment files (.log, .index, .timeindex, .txnindex, .snapshot, "
             "or a dir)"
         ),
+        epilog=(
+            "examples:\n"
+            "  ketch dump-log data/broker-0/orders-0          # every file of a partition\n"
+            "  ketch dump-log data/broker-0/orders-0 --deep --verify-index\n"
+            "  ketch dump-log data/broker-0/orders-0/00000000000000000000.log --deep\n"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     dump.add_argument("paths", nargs="+", metavar="PATH")
     dump.add_argument("--deep", action="store_true", help="print every record")
@@ -96,7 +103,9 @@ _COMMANDS: Final[dict[str, _Command]] = {
     "consume": _Command(
         "print a topic's records (kcat-style formats, consumer groups)", "cli.consume:register"
     ),
-    "cluster": _Command("the cluster's controller and brokers", "cli.main:register_cluster"),
+    "cluster": _Command(
+        "the cluster's controller and brokers", "cli.status:register_cluster_group"
+    ),
     "config": _Command("node configuration", "cli.config_cmd:register"),
     "bench": _Command("benchmarks", "bench.latency:register"),
     "dump-log": _Command(
@@ -104,18 +113,6 @@ _COMMANDS: Final[dict[str, _Command]] = {
         "cli.main:add_dump_log",
     ),
 }
-
-
-def register_cluster(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """`cluster status|health|shutdown-broker|start-broker`: cli/status.py's group with the
-    commands of cli/cluster_admin.py and cli/health.py added."""
-    from cli import cluster_admin, health, status
-
-    cluster = commands.add_parser("cluster", help=_COMMANDS["cluster"].help)
-    actions = cluster.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
-    status.register_cluster_commands(actions)
-    cluster_admin.register_cluster_commands(actions)
-    health.register_cluster_commands(actions)
 
 
 # command -> (module with build_parser() and main(argv), help)

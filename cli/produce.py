@@ -82,8 +82,9 @@ _PRODUCER_MAX_BLOCK_MS: Final = 15_000
 
 _EXAMPLES: Final = """examples:
   printf 'k1:hello\\nk2:world\\n' | ketch produce orders -K :
-  echo hi | ketch produce orders --partition 0 --header source=cli --compression zstd
-  ketch produce orders --count 100000 --size 512 --rate 5000 --acks 1   # generated load
+  echo hi | ketch produce orders --partition 0 --header source=cli
+  echo hi | ketch produce orders --compression zstd --delivery-timeout-ms 5000
+  ketch produce orders --count 100000 --size 512 --rate 5000 --acks 1
 """
 
 
@@ -138,6 +139,16 @@ def register(subparsers: SubParsers[argparse.ArgumentParser]) -> None:
         metavar="B",
         help=f"batch.size in bytes (default {_DEFAULTS.batch_size})",
     )
+    produce.add_argument(
+        "--delivery-timeout-ms",
+        type=positive_int_arg,
+        default=_PRODUCER_DELIVERY_TIMEOUT_MS,
+        metavar="MS",
+        help=(
+            "delivery.timeout.ms: how long a record may take to be acknowledged, retries "
+            f"included (default {_PRODUCER_DELIVERY_TIMEOUT_MS})"
+        ),
+    )
     produce.add_argument("--count", type=positive_int_arg, metavar="N", help="stop after N records")
     produce.add_argument(
         "--rate", type=rate_arg, metavar="R", help="send at most R records per second"
@@ -184,8 +195,12 @@ def cmd_produce(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         acks=ACKS_CHOICES[args.acks],
         linger_ms=args.linger_ms,
         batch_size=args.batch_size,
-        request_timeout_ms=_PRODUCER_REQUEST_TIMEOUT_MS,
-        delivery_timeout_ms=_PRODUCER_DELIVERY_TIMEOUT_MS,
+        # A request may not outlast the delivery timeout (Kafka requires delivery.timeout.ms
+        # >= linger.ms + request.timeout.ms).
+        request_timeout_ms=max(
+            1, min(_PRODUCER_REQUEST_TIMEOUT_MS, args.delivery_timeout_ms - args.linger_ms)
+        ),
+        delivery_timeout_ms=args.delivery_timeout_ms,
         max_block_ms=_PRODUCER_MAX_BLOCK_MS,
     )
     target = Target(args.topic, args.partition, tuple(args.header))

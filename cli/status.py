@@ -14,9 +14,10 @@ cluster status sends DescribeCluster to the bootstrap broker, which forwards it 
     the controller cannot be reached, that is said and the exit code is 1.
 config show: cli/config_cmd.py (a running broker's settings, or a config file's, checked).
 
-`register(subparsers, cluster_extensions)` adds both groups; other `cluster` commands
-(shutdown-broker, start-broker) join the same `cluster` group through `cluster_extensions`, and
-`register_cluster_commands()` adds `status` to a `cluster` group created elsewhere. Each
+`register(subparsers)` adds both groups; `register_cluster_group` builds the `cluster` group
+(`ketch` runs it for `ketch cluster ...`), with `status` and the other modules' `cluster`
+commands (shutdown-broker, start-broker, health); `register_cluster_commands()` adds `status`
+to a `cluster` group created elsewhere. Each
 command owns its event loop and client (cli/common.py); nothing is shared, no locks.
 """
 
@@ -100,23 +101,55 @@ class ClusterStatus:
 
 def register(
     subparsers: SubParsers[argparse.ArgumentParser],
-    cluster_extensions: Sequence[ClusterRegistrar] = (),
+    cluster_extensions: Sequence[ClusterRegistrar] | None = None,
 ) -> None:
-    """Add `cluster` (with `status`, then whatever each of `cluster_extensions` adds to the
-    same group, e.g. cli.cluster_admin.register_cluster_commands) and `config show`."""
-    cluster = subparsers.add_parser("cluster", help="the cluster's controller and brokers")
+    """Add `cluster` (`register_cluster_group`) and `config show`."""
+    register_cluster_group(subparsers, cluster_extensions)
+    config_cmd.register(subparsers)
+
+
+def register_cluster_group(
+    subparsers: SubParsers[argparse.ArgumentParser],
+    extensions: Sequence[ClusterRegistrar] | None = None,
+) -> None:
+    """Add `cluster` with `status`, then what each of `extensions` adds to the same group:
+    by default cli/cluster_admin.py's shutdown-broker/start-broker and cli/health.py's health
+    (imported here, when the group is built, so `ketch cluster` alone loads them)."""
+    if extensions is None:
+        from cli import cluster_admin, health
+
+        extensions = (cluster_admin.register_cluster_commands, health.register_cluster_commands)
+    cluster = subparsers.add_parser(
+        "cluster",
+        help="the cluster's controller and brokers",
+        epilog=(
+            "examples:\n"
+            "  ketch cluster status --data-dir data\n"
+            "  ketch cluster health\n"
+            "  ketch cluster shutdown-broker 1\n"
+            "  ketch cluster start-broker 1\n"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     cluster_commands = cluster.add_subparsers(
         dest="cluster_command", required=True, metavar="ACTION"
     )
     register_cluster_commands(cluster_commands)
-    for extend in cluster_extensions:
+    for extend in extensions:
         extend(cluster_commands)
-
-    config_cmd.register(subparsers)
 
 
 def register_cluster_commands(cluster_subparsers: SubParsers[argparse.ArgumentParser]) -> None:
-    status = cluster_subparsers.add_parser("status", help="controller and brokers, with states")
+    status = cluster_subparsers.add_parser(
+        "status",
+        help="controller and brokers, with states",
+        epilog=(
+            "examples:\n"
+            "  ketch cluster status --data-dir data  # with the controller's address\n"
+            "  ketch cluster status --json\n"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     status.add_argument("--json", action="store_true", help="print JSON")
     status.add_argument(
         "--data-dir",

@@ -139,17 +139,31 @@ class TopicDescription:
 
 
 def register(subparsers: SubParsers[argparse.ArgumentParser]) -> None:
-    topic = subparsers.add_parser("topic", help="create, list, describe and delete topics")
+    topic = subparsers.add_parser(
+        "topic",
+        help="create, list, describe, alter and delete topics",
+        epilog=(
+            "examples:\n"
+            "  ketch topic create orders --partitions 3 --replication-factor 3\n"
+            "  ketch topic list\n"
+            "  ketch topic describe orders\n"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     actions = topic.add_subparsers(dest="topic_command", required=True, metavar="ACTION")
 
     create = actions.add_parser(
         "create",
         help="create a topic",
         epilog=(
-            "examples: ketch topic create orders  (the cluster's num.partitions and "
-            "default.replication.factor);  ketch topic create orders --partitions 6 "
-            "--replication-factor 3 --config min.insync.replicas=2"
+            "examples:\n"
+            "  ketch topic create events     # the cluster's num.partitions and RF\n"
+            "  ketch topic create orders --partitions 3 --replication-factor 3 \\\n"
+            "      --config min.insync.replicas=2\n"
+            "  ketch topic create prices --replication-factor 3 \\\n"
+            "      --config cleanup.policy=compact\n"
         ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     create.add_argument("name", type=topic_name_arg, metavar="NAME")
     create.add_argument(
@@ -175,14 +189,26 @@ def register(subparsers: SubParsers[argparse.ArgumentParser]) -> None:
     add_bootstrap_flag(create)
     set_command(create, cmd_create)
 
-    add_query_command(actions, "list", "list the topics", cmd_list)
-    add_query_command(
+    listing = add_query_command(actions, "list", "list the topics", cmd_list)
+    # add_query_command (cli/common.py) takes no epilog: set on the parser it returns.
+    listing.epilog = (
+        "examples:\n"
+        "  ketch topic list\n"
+        "  ketch topic list --json\n"
+        "  ketch topic list --bootstrap 127.0.0.1:9093,127.0.0.1:9094\n"
+    )
+    listing.formatter_class = argparse.RawDescriptionHelpFormatter
+    describe = add_query_command(
         actions,
         "describe",
         "leader, ISR, replicas and high watermark per partition",
         cmd_describe,
         positional=("name", "NAME"),
     )
+    describe.epilog = (
+        "examples:\n  ketch topic describe orders\n  ketch topic describe orders --json\n"
+    )
+    describe.formatter_class = argparse.RawDescriptionHelpFormatter
     topic_admin.register_topic_commands(actions)
 
 

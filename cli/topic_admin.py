@@ -131,7 +131,12 @@ def register_topic_commands(actions: SubParsers[argparse.ArgumentParser]) -> Non
         "delete",
         help="delete topics",
         description="Delete topics: each is gone from the brokers at once, its data soon after.",
-        epilog="example: ketch topic delete orders payments",
+        epilog=(
+            "examples:\n"
+            "  ketch topic delete events\n"
+            "  ketch topic delete events prices --bootstrap 127.0.0.1:9093\n"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     delete.add_argument("names", nargs="+", metavar="NAME")
     add_bootstrap_flag(delete)
@@ -140,16 +145,20 @@ def register_topic_commands(actions: SubParsers[argparse.ArgumentParser]) -> Non
     alter = actions.add_parser(
         "alter",
         help="add partitions to a topic, or change its configs",
+        # Line breaks of its own: the raw formatter (for the examples) does not wrap it.
         description=(
-            "Raise a topic's partition count and set or delete its config overrides; the "
-            "running brokers apply config changes at once. Nothing changes unless the cluster "
-            "accepts every part."
+            "Raise a topic's partition count and set or delete its config overrides; the\n"
+            "running brokers apply config changes at once. Nothing changes unless the\n"
+            "cluster accepts every part."
         ),
         epilog=(
-            "examples: ketch topic alter orders --partitions 6;  ketch topic alter orders "
-            "--config retention.ms=3600000 --config min.insync.replicas=2;  ketch topic alter "
-            "orders --delete-config cleanup.policy"
+            "examples:\n"
+            "  ketch topic alter orders --partitions 6\n"
+            "  ketch topic alter orders --config retention.ms=3600000 \\\n"
+            "      --config segment.bytes=104857600\n"
+            "  ketch topic alter orders --delete-config retention.ms\n"
         ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     alter.add_argument("name", metavar="NAME")
     alter.add_argument(

@@ -357,8 +357,16 @@ class CompactUsageError(Exception):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ketch compact",
-        description="Compact one topic of a broker log dir offline with Spark (latest record "
+        # Line breaks of its own: the raw formatter (for the examples) does not wrap it.
+        description="Compact one topic of a broker log dir offline with Spark (latest record\n"
         "per key wins, offsets unchanged).",
+        epilog=(
+            "examples (the policy as --config: compact does not ask the cluster for it):\n"
+            "  ketch compact data/broker-0 --topic prices --config cleanup.policy=compact\n"
+            "  ketch compact data/broker-0 --topic prices --config cleanup.policy=compact \\\n"
+            "      --install                     # broker 0 stopped (shutdown-broker 0)\n"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("data_dir", type=Path, help="one broker log dir (holding <topic>-<p>)")
     parser.add_argument("--topic", required=True)

@@ -87,7 +87,15 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="ketch verify", description="check the segments, indexes and replicas of data dirs"
+        prog="ketch verify",
+        description="check the segments, indexes and replicas of data dirs",
+        epilog=(
+            "examples:\n"
+            "  ketch verify data                 # exit 0 clean, 1 problems found\n"
+            "  ketch verify data --json report.json --compacted-topic prices\n"
+            "  ketch verify data/broker-0 --driver-memory 2g     # one broker's log dir\n"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("data_dirs", nargs="+", metavar="DATA_DIR")
     parser.add_argument("--master", default="local[2]", help="Spark master URL (local[2])")

@@ -40,6 +40,12 @@ KAFKA_OFF: Final = -1  # `--kafka-port -1`: no Kafka-protocol listeners
 # Each node's Prometheus endpoint (GET /metrics): broker i at port+200+i, the controller at
 # port+300.
 METRICS_PORT_OFFSET: Final = 200
+# `ketch up --help`'s examples (both parsers: cli/main.py's subcommand and `main`'s own).
+UP_EXAMPLES: Final = """examples:
+  ketch up                      # 3 brokers at 9092-9094, data in ./data
+  ketch up --brokers 1 --data-dir one --port 29092 --kafka-port 39092
+  ketch up --kafka-port -1      # without the Kafka-protocol listeners
+"""
 
 
 @dataclass(frozen=True, slots=True)

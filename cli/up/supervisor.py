@@ -70,7 +70,7 @@ from cli.up.control import (
     socket_path,
     supervisor_running,
 )
-from cli.up.options import UpOptions, add_up_arguments, child_specs, options_from_args
+from cli.up.options import UP_EXAMPLES, UpOptions, add_up_arguments, child_specs, options_from_args
 from cli.up.report import refusal_report, start_line, status_table
 from client.client import Client
 from client.config import ClientConfig
@@ -445,7 +445,12 @@ class Supervisor:
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `ketch up` to the `ketch` command's subparsers."""
-    up = subparsers.add_parser("up", help="run a local cluster in the foreground")
+    up = subparsers.add_parser(
+        "up",
+        help="run a local cluster in the foreground",
+        epilog=UP_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_up_arguments(up)
     # cli.py dispatches on `handler`, the command modules' brief on `func`: either works.
     up.set_defaults(func=command, handler=command)
@@ -486,7 +491,12 @@ def run(options: UpOptions) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ketch up", description="Run a local ketch cluster.")
+    parser = argparse.ArgumentParser(
+        prog="ketch up",
+        description="Run a local ketch cluster.",
+        epilog=UP_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_up_arguments(parser)
     try:
         args = parser.parse_args(argv)

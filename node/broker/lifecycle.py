@@ -464,6 +464,11 @@ class BrokerLifecycle:
         for attempt in range(1, attempts + 1):
             if await self._controlled_shutdown_once():
                 log.info("broker %d: controlled shutdown succeeded", self.broker_id)
+                # One heartbeat asking to shut down: with nothing left to move, the controller
+                # fences the broker at once (KRaft's shouldShutDown), instead of listing a broker
+                # that has exited as alive (and as the leader of its lone replicas) until its
+                # session times out. Best effort: the broker stops whatever the answer.
+                await self._heartbeat_once()
                 return True
             if attempt < attempts:
                 log.warning(

@@ -95,7 +95,18 @@ class BrokerSettings:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ketch broker", description="Run one ketch broker.")
+    parser = argparse.ArgumentParser(
+        prog="ketch broker",
+        description="Run one ketch broker.",
+        epilog=(
+            "examples (beside `ketch up`'s ./data, whose cluster.secret they use):\n"
+            "  ketch broker --id 3 --data-dir data/broker-3 --listen 127.0.0.1:9095 \\\n"
+            "      --controller 127.0.0.1:9192     # a fourth broker joins the cluster\n"
+            "  ketch broker --id 3 --data-dir data/broker-3 --listen 127.0.0.1:9095 \\\n"
+            "      --controller 127.0.0.1:9192 --kafka-listen 127.0.0.1:19095  # and Kafka's\n"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--id", type=int, required=True, help="broker.id")
     parser.add_argument("--data-dir", type=Path, required=True, help="this broker's log dir")
     parser.add_argument("--listen", required=True, metavar="HOST:PORT", help="native listener")

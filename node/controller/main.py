@@ -92,7 +92,15 @@ class ControllerSettings:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="ketch controller", description="Run the ketch controller."
+        prog="ketch controller",
+        description="Run the ketch controller.",
+        epilog=(
+            "examples (`ketch up`'s controller by hand, once `ketch up` is stopped):\n"
+            "  ketch controller --data-dir data/controller --listen 127.0.0.1:9192\n"
+            "  ketch controller --data-dir data/controller --listen 127.0.0.1:9192 \\\n"
+            "      --set metrics.port=9392          # with its Prometheus endpoint\n"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--data-dir", type=Path, required=True, help="the controller's metadata directory"

@@ -181,6 +181,29 @@ async def test_controlled_shutdown_retries_while_partitions_remain(env: Env) -> 
     await env.drive(node.stop())
 
 
+async def test_a_finished_controlled_shutdown_asks_to_be_shut_down_at_once(env: Env) -> None:
+    """Done moving its leadership, the broker asks to be shut down in a heartbeat at once (the
+    controller then fences it), not at its next heartbeat interval, which it does not live to
+    see: an exited broker would be listed alive, and lead its lone replicas, for a session."""
+    node = env.node()
+    await env.drive(node.start())
+    await env.run_until(registered(node), max_ms=10, what="registered")
+    await env.run_for(HEARTBEAT_MS // 2)  # between two heartbeats
+    lifecycle = node.lifecycle
+    assert lifecycle is not None
+    assert await env.drive(lifecycle.controlled_shutdown()) is True
+    [(done_at, _)] = env.controller.shutdowns
+    asked = [
+        t
+        for (t, _), request in zip(
+            env.controller.heartbeats, env.controller.heartbeat_requests, strict=True
+        )
+        if request.want_shut_down
+    ]
+    assert asked == [done_at]
+    await env.drive(node.stop())
+
+
 async def test_controlled_shutdown_gives_up_after_max_retries(env: Env) -> None:
     env.controller.shutdown_answers = [
         ControlledShutdownResponse.error_response(ErrorCode.NOT_CONTROLLER),
