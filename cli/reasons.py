@@ -65,6 +65,10 @@ _ADVICE: Final[Mapping[ErrorCode, str]] = {
     ErrorCode.INVALID_TOPIC_EXCEPTION: _TOPIC_NAMES,
     ErrorCode.INVALID_CONFIG: "check the --config properties and their values",
     ErrorCode.POLICY_VIOLATION: "check the --config properties and their values",
+    ErrorCode.INVALID_RECORD: (
+        "a compacted topic (cleanup.policy=compact) needs a key on every record: give lines "
+        "as KEY<SEP>VALUE with -K SEP"
+    ),
     ErrorCode.MESSAGE_TOO_LARGE: "the record is larger than the topic's max.message.bytes",
     ErrorCode.RECORD_LIST_TOO_LARGE: "the batch is larger than the topic's max.message.bytes",
     ErrorCode.INVALID_REQUIRED_ACKS: "use --acks 0, 1 or all",

@@ -56,6 +56,7 @@ sets `rejoin_reason` and drops ids, the state moves in the caller's calls. No lo
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import logging
 from collections.abc import Iterable, Mapping, Sequence
@@ -259,8 +260,11 @@ class GroupMember:
         wait_ms = self.config.max_poll_interval_ms + self.config.request_timeout_ms
         joined = await self._link.ask(request, JoinGroupResponse, timeout_ms=wait_ms)
         if joined.error is ErrorCode.MEMBER_ID_REQUIRED:
+            # KIP-394's first step, not a failure: join again at once with the id it names (a
+            # caller that gives up meanwhile must not report MEMBER_ID_REQUIRED as the reason).
             self.member_id = joined.member_id
-            raise GroupRetry(KafkaError(joined.error, "JoinGroup"), rejoin=True)
+            request = dataclasses.replace(request, member_id=joined.member_id)
+            joined = await self._link.ask(request, JoinGroupResponse, timeout_ms=wait_ms)
         check_code(joined.error, f"JoinGroup of group {self.config.group_id!r}")
         self.member_id, self.generation_id = joined.member_id, joined.generation_id
         self.leader_id = joined.leader

@@ -118,4 +118,12 @@ def test_advice_fills_in_the_topic_and_falls_back_for_retriable_codes() -> None:
     )
     assert "TOPIC" in advice(ErrorCode.LEADER_NOT_AVAILABLE)
     assert advice(ErrorCode.CONCURRENT_TRANSACTIONS) == "try again in a moment"  # retriable
-    assert advice(ErrorCode.INVALID_RECORD) == ""  # nothing better than the code itself
+    assert advice(ErrorCode.INVALID_TIMESTAMP) == ""  # nothing better than the code itself
+
+
+def test_a_refused_record_points_at_the_compacted_topics_key_rule() -> None:
+    """A null-keyed record sent to a compacted topic came back as a bare INVALID_RECORD."""
+    told = describe_error(KafkaError(ErrorCode.INVALID_RECORD, None), None)
+    assert "INVALID_RECORD" in told
+    assert "cleanup.policy=compact" in told
+    assert "-K SEP" in told

@@ -249,6 +249,36 @@ async def test_a_new_member_learns_its_id_then_leads_with_a_range_assignment(
     await member.leave()
 
 
+async def test_the_id_from_member_id_required_is_used_at_once_and_is_no_error(
+    cluster: GroupCluster, clock: ManualClock, client: Client
+) -> None:
+    """KIP-394's first answer is a step of the join, not a failure to back off from: the second
+    JoinGroup goes out at once, and no caller giving up meanwhile hears MEMBER_ID_REQUIRED as
+    the reason (`ketch consume --group` once did)."""
+    sent_at: list[int] = []
+    reported: list[BaseException | None] = []  # what a caller giving up then would be told
+
+    def at(answer: Answer) -> Answer:
+        def timed(request: Any) -> Response:
+            sent_at.append(clock.monotonic_ms())
+            reported.append(member.last_error)
+            return answer(request)
+
+        return timed
+
+    cluster.answers[ApiKey.JOIN_GROUP] += [
+        at(error(JoinGroupResponse, ErrorCode.MEMBER_ID_REQUIRED, member_id="m-1")),
+        at(joined(1, "m-1")),
+    ]
+    cluster.answers[ApiKey.SYNC_GROUP] += [synced(0)]
+    member = GroupMember(client, CONFIG, ["t"], seed=SEED)
+    assert await drive(clock, member.ensure_active_group())
+    assert len(sent_at) == 2
+    assert sent_at[1] == sent_at[0]
+    assert reported == [None, None]
+    await member.leave()
+
+
 async def test_a_refusal_no_retry_cures_is_raised(
     cluster: GroupCluster, clock: ManualClock, client: Client
 ) -> None:
