@@ -15,12 +15,7 @@ happens.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-import os
-import signal
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
@@ -28,15 +23,15 @@ from typing import Any, Final
 import pytest
 import pytest_asyncio
 
-from testkit.processes import REPO, ProcessCluster, running_cluster
+from testkit.processes import ProcessCluster, running_cluster
 from tests.integration.cluster_properties import PROPERTIES
+from tests.integration.ketch_process import ketch
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 DEFAULT_PARTITIONS: Final = 2
 DEFAULT_REPLICATION_FACTOR: Final = 3
 WAIT_S: Final = 30.0
-COMMAND_TIMEOUT_S: Final = 30.0
 KILLED: Final = 2  # the broker the health test kills; the commands bootstrap from broker 0
 
 
@@ -49,35 +44,6 @@ async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pro
     }
     async with running_cluster(tmp_path_factory.mktemp("topic-health"), properties) as started:
         yield started
-
-
-async def ketch(cluster: ProcessCluster, *argv: str) -> tuple[int, str, str]:
-    """`ketch ARGV --bootstrap <broker 0>` as a process: (exit code, stdout, stderr)."""
-    env = {k: v for k, v in os.environ.items() if k != "KETCH_BOOTSTRAP"}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "cli.main",
-        *argv,
-        "--bootstrap",
-        str(cluster.addresses[0]),
-        cwd=REPO,
-        env=env,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await asyncio.wait_for(process.communicate(), COMMAND_TIMEOUT_S)
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(process.pid, signal.SIGKILL)
-        await process.wait()
-        raise AssertionError(
-            f"`ketch {' '.join(argv)}` did not end in {COMMAND_TIMEOUT_S} s"
-        ) from None
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
 
 
 async def ketch_json(cluster: ProcessCluster, *argv: str) -> tuple[int, Any]:

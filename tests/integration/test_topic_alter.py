@@ -16,11 +16,7 @@ and the commands', are killed by PID whatever happens.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
-import signal
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final, TypeVar
@@ -32,13 +28,13 @@ import pytest_asyncio
 from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
 from confluent_kafka.cimpl import NewPartitions, NewTopic
 
-from testkit.processes import REPO, ProcessCluster, running_cluster
+from testkit.processes import ProcessCluster, running_cluster
 from tests.integration.cluster_properties import PROPERTIES
+from tests.integration.ketch_process import ketch
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 WAIT_S: Final = 30.0
-COMMAND_TIMEOUT_S: Final = 30.0
 DYNAMIC_TOPIC_CONFIG: Final = 1  # Kafka's ConfigSource id
 T = TypeVar("T")
 
@@ -49,35 +45,6 @@ async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pro
     async with running_cluster(root, PROPERTIES, kafka=True) as started:
         await started.wait_running(range(3), timeout_s=WAIT_S)
         yield started
-
-
-async def ketch(cluster: ProcessCluster, *argv: str) -> tuple[int, str, str]:
-    """`ketch ARGV --bootstrap <broker 0>` as a process: (exit code, stdout, stderr)."""
-    env = {k: v for k, v in os.environ.items() if k != "KETCH_BOOTSTRAP"}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "cli.main",
-        *argv,
-        "--bootstrap",
-        str(cluster.addresses[0]),
-        cwd=REPO,
-        env=env,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await asyncio.wait_for(process.communicate(), COMMAND_TIMEOUT_S)
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(process.pid, signal.SIGKILL)
-        await process.wait()
-        raise AssertionError(
-            f"`ketch {' '.join(argv)}` did not end in {COMMAND_TIMEOUT_S} s"
-        ) from None
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
 
 
 async def described_partitions(cluster: ProcessCluster, topic: str) -> list[dict[str, Any]]:
