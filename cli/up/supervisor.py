@@ -130,7 +130,12 @@ class Supervisor:
             self._start_child(self.controller)
             for child in self.brokers.values():
                 self._start_child(child)
-            code = await self._until_ready_or_stopped()
+            # Progress: a spinner on a terminal (nothing in a pipe) until every broker registered.
+            with self.console.status(
+                f"ketch up: starting the controller and {len(self.brokers)} broker(s) "
+                f"(logs in {self.layout.logs_dir}/)"
+            ):
+                code = await self._until_ready_or_stopped()
             if code == EXIT_OK and not self.stopping.is_set():
                 self._print_status()
                 self._publish()
