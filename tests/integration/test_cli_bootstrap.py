@@ -128,6 +128,9 @@ async def test_commands_work_through_the_live_brokers_then_say_none_is_reachable
         assert code == 1, err
         assert f"cannot reach the cluster at {bootstrap}: connection refused" in err
         assert "Traceback" not in err
-        # It kept trying its list (each address after its reconnect backoff) for the whole
-        # reach timeout, and not much longer (the interpreter's start-up, the last attempts).
-        assert CLI_REACH_TIMEOUT_MS / 1000 <= elapsed_s < CLI_REACH_TIMEOUT_MS / 1000 + 10
+        # It kept trying its list (each address after its reconnect backoff) rather than give
+        # up at the first refusal (milliseconds), and not for much longer than the reach
+        # timeout. Not its exact length: the client stops once the next backoff would pass its
+        # deadline, so it may end a backoff early (CI saw 4.96 s of 5).
+        timeout_s = CLI_REACH_TIMEOUT_MS / 1000
+        assert timeout_s / 2 <= elapsed_s < timeout_s + 10
