@@ -23,9 +23,22 @@ is no longer the current one (a heartbeat or a new rebalance re-armed it since) 
 Writes of the group's record (after the leader's SyncGroup, and for an empty generation) go
 through the shard with acks=all; their outcome comes back as `GroupStored`.
 
-Simplifications, said plainly: static membership (group.instance.id) is not implemented (a
-join that names one is refused with UNSUPPORTED_VERSION); pending members (v4+ joins answered
-MEMBER_ID_REQUIRED) are forgotten after their session timeout, as in Kafka.
+Static membership (KIP-345, Kafka's GroupCoordinator): a join naming a `group_instance_id` and no
+member id is let in at once (never MEMBER_ID_REQUIRED). A new instance id joins as a dynamic
+member does (a rebalance). A known one is a restarted instance: it takes the place of its old
+member id (`_replace_static`), whose parked answers and later requests get FENCED_INSTANCE_ID.
+In a Stable group with unchanged protocols that needs no rebalance: the group's record is stored
+with the new id and the member is answered the current generation (as a follower: it then syncs
+and gets its assignment back); if the store fails, the old id is put back. Otherwise (protocols
+changed, or a rebalance under way) the member joins the rebalance under its new id. Requests
+naming an instance id are checked against its holder (`member_error`). A static member's session
+timeout removes it as any member's does; LeaveGroup may name members by instance id alone.
+
+Pending members (v4+ dynamic joins answered MEMBER_ID_REQUIRED) are forgotten after their
+session timeout, as in Kafka.
+
+Over ~500 lines because static membership changes the same join, leave and validation paths as
+dynamic membership does; split apart, each half would need the other's private steps.
 """
 
 from __future__ import annotations
@@ -34,7 +47,14 @@ import asyncio
 import logging
 import uuid
 
-from actors.group.messages import GroupStored, Join, JoinDeadline, SessionExpired
+from actors.group.messages import (
+    GroupStored,
+    Join,
+    JoinDeadline,
+    ReplacedSettings,
+    SessionExpired,
+    StaticMemberStored,
+)
 from actors.group.metadata import Group, GroupState, Member
 from actors.group.metadata import Protocol as GroupProtocol
 from actors.group.state import ShardState, Waiting, settle, store_error
@@ -70,8 +90,19 @@ def join(state: ShardState, message: Join) -> asyncio.Future[JoinGroupResponse]:
         group = state.groups[request.group_id] = Group(request.group_id)
     waits = state.waits(group.group_id)
     protocols = tuple(GroupProtocol(p.name, p.metadata) for p in request.protocols)
+    instance_id = request.group_instance_id
     if group.is_in(GroupState.DEAD):
         answer.set_result(_join_error(ErrorCode.COORDINATOR_NOT_AVAILABLE, request.member_id))
+    elif instance_id is not None and request.member_id == "":
+        existing = group.static_member(instance_id)
+        if existing is None:
+            _join_new(state, group, message, protocols, answer)
+        else:
+            _join_static_known(state, group, message, protocols, existing.member_id, answer)
+    elif instance_id is not None and (
+        error := member_error(state, group.group_id, request.member_id, None, instance_id)
+    ):
+        answer.set_result(_join_error(error, request.member_id))
     elif request.member_id == "" or request.member_id in waits.pending_members:
         _join_new(state, group, message, protocols, answer)
     elif request.member_id not in group.members:
@@ -85,8 +116,6 @@ def _join_refusal(state: ShardState, request: JoinGroupRequest) -> ErrorCode | N
     config = state.config
     if not request.group_id:
         return ErrorCode.INVALID_GROUP_ID
-    if request.group_instance_id is not None:
-        return ErrorCode.UNSUPPORTED_VERSION  # static membership is not implemented
     if not (
         config.group_min_session_timeout_ms
         <= request.session_timeout_ms
@@ -117,7 +146,7 @@ def _join_new(
         # shard repeated after a restart or a coordinator move, and a joiner could be handed
         # the id of a member the loaded group still held (two clients as one member).
         member_id = f"{message.client_id or 'member'}-{uuid.uuid4()}"
-        if message.require_known_member_id:
+        if message.require_known_member_id and request.group_instance_id is None:
             token = state.token()
             alarm = state.alarm(
                 request.session_timeout_ms, SessionExpired(group.group_id, member_id, token)
@@ -138,6 +167,7 @@ def _join_new(
             rebalance_timeout_ms=(request.session_timeout_ms if rebalance_ms < 0 else rebalance_ms),
             protocol_type=request.protocol_type,
             protocols=protocols,
+            group_instance_id=request.group_instance_id,
         )
     )
     waits.joins[member_id] = answer
@@ -183,6 +213,140 @@ def _join_known(
         waits.joins[member.member_id] = answer
         _prepare_rebalance(state, group)
         _maybe_complete_join(state, group)
+
+
+def _join_static_known(
+    state: ShardState,
+    group: Group,
+    message: Join,
+    protocols: tuple[GroupProtocol, ...],
+    old_member_id: str,
+    answer: asyncio.Future[JoinGroupResponse],
+) -> None:
+    """A known instance id joins without a member id: the instance restarted (or lost its id)."""
+    request = message.request
+    if not group.supports(request.protocol_type, protocols):
+        answer.set_result(_join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, ""))
+        return
+    old = group.members[old_member_id]
+    current = group.protocol
+    # Its subscription for the generation's protocol is what its assignment was made from. Not
+    # the whole protocol list: a loaded group knows only the chosen protocol's (the record's).
+    same_subscription = current is not None and old.metadata_for(current) == next(
+        (p.metadata for p in protocols if p.name == current), None
+    )
+    leader_before = group.leader
+    previous = ReplacedSettings(
+        old.client_id,
+        old.client_host,
+        old.session_timeout_ms,
+        old.rebalance_timeout_ms,
+        old.protocols,
+    )
+    new_member_id = f"{message.client_id or 'member'}-{uuid.uuid4()}"
+    _replace_static(state, group, message, protocols, old_member_id, new_member_id)
+    if (
+        group.is_in(GroupState.STABLE)
+        and same_subscription
+        and group.select_protocol() == current  # Kafka's test: the generation's protocol stands
+    ):
+        # No rebalance: the assignment stands; only the record must learn the new id, so that a
+        # coordinator loading it after a failover does not fence the restarted instance.
+        batch = build_group_batch(
+            [(GroupKey(group.group_id), group.to_record())], timestamp_ms=state.wall_ms()
+        )
+        group_id, generation = group.group_id, group.generation
+        state.write(
+            batch,
+            lambda error: StaticMemberStored(
+                group_id,
+                generation,
+                old_member_id,
+                new_member_id,
+                leader_before or "",
+                previous,
+                error,
+                answer,
+            ),
+        )
+        return
+    waits = state.waits(group.group_id)
+    waits.joins[new_member_id] = answer
+    if not group.is_in(GroupState.PREPARING_REBALANCE):
+        _prepare_rebalance(state, group)
+    _maybe_complete_join(state, group)
+
+
+def _replace_static(
+    state: ShardState,
+    group: Group,
+    message: Join,
+    protocols: tuple[GroupProtocol, ...],
+    old_member_id: str,
+    new_member_id: str,
+) -> None:
+    """The old member id is fenced: its alarms end, its parked answers say FENCED_INSTANCE_ID,
+    and the member goes on under the new id with the join's settings."""
+    request = message.request
+    _fence(state, group, old_member_id)
+    member = group.replace_member_id(old_member_id, new_member_id)
+    rebalance_ms = request.rebalance_timeout_ms
+    member.client_id = message.client_id
+    member.client_host = message.client_host
+    member.session_timeout_ms = request.session_timeout_ms
+    member.rebalance_timeout_ms = request.session_timeout_ms if rebalance_ms < 0 else rebalance_ms
+    member.protocols = protocols
+    arm_session(state, group, new_member_id)
+
+
+def _fence(state: ShardState, group: Group, member_id: str) -> None:
+    waits = state.waits(group.group_id)
+    session = waits.sessions.pop(member_id, None)
+    if session is not None:
+        session[1].cancel()
+    join = waits.joins.pop(member_id, None)
+    if join is not None:
+        settle(join, _join_error(ErrorCode.FENCED_INSTANCE_ID, member_id))
+    sync = waits.syncs.pop(member_id, None)
+    if sync is not None:
+        settle(sync, SyncGroupResponse(error_code=ErrorCode.FENCED_INSTANCE_ID))
+
+
+def static_member_stored(state: ShardState, message: StaticMemberStored) -> None:
+    """The record naming a replaced static member's new id is written (answer the member the
+    current generation), or failed (put the old id back, as Kafka reverts it)."""
+    group = state.groups.get(message.group_id)
+    member = None if group is None else group.members.get(message.new_member_id)
+    if group is None or member is None:
+        # Replaced again, left or timed out meanwhile: its own answer said so, or this one does.
+        settle(message.answer, _join_error(ErrorCode.UNKNOWN_MEMBER_ID, message.new_member_id))
+        return
+    if message.error is not ErrorCode.NONE:
+        log.warning("%s: storing %s failed: %s", state.name, group.group_id, message.error)
+        _fence(state, group, message.new_member_id)
+        old = group.replace_member_id(message.new_member_id, message.old_member_id)
+        previous = message.previous
+        old.client_id, old.client_host = previous.client_id, previous.client_host
+        old.session_timeout_ms = previous.session_timeout_ms
+        old.rebalance_timeout_ms = previous.rebalance_timeout_ms
+        old.protocols = previous.protocols
+        arm_session(state, group, message.old_member_id)
+        settle(message.answer, _join_error(store_error(message.error), ""))
+        return
+    # As Kafka, the member is answered as a follower under the leader the group had: a restarted
+    # leader then syncs for its assignment instead of computing one the Stable group ignores.
+    answer = _join_answer(group, message.new_member_id)
+    settle(
+        message.answer,
+        JoinGroupResponse(
+            generation_id=answer.generation_id,
+            protocol_type=answer.protocol_type,
+            protocol_name=answer.protocol_name,
+            leader=message.leader,
+            member_id=message.new_member_id,
+            members=[],
+        ),
+    )
 
 
 # -- rebalancing -----------------------------------------------------------------------------------
@@ -283,7 +447,11 @@ def _join_answer(group: Group, member_id: str) -> JoinGroupResponse:
     members = []
     if member_id == group.leader and protocol is not None:
         members = [
-            JoinGroupResponseMember(member_id=m.member_id, metadata=m.metadata_for(protocol))
+            JoinGroupResponseMember(
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                metadata=m.metadata_for(protocol),
+            )
             for m in group.members.values()
         ]
     return JoinGroupResponse(
@@ -360,20 +528,36 @@ def _after_member_left(state: ShardState, group: Group) -> None:
 
 
 def member_error(
-    state: ShardState, group_id: str, member_id: str, generation: int
+    state: ShardState,
+    group_id: str,
+    member_id: str,
+    generation: int | None,
+    group_instance_id: str | None = None,
 ) -> ErrorCode | None:
-    """Why a request from this member of this generation is refused, or None."""
+    """Why a request from this member of this generation (None: any) is refused, or None. A
+    request naming an instance id must come from the member id holding it: another one was
+    replaced by a restart (FENCED_INSTANCE_ID); an instance id nobody holds is unknown."""
     group = state.groups.get(group_id)
-    if group is None or member_id not in group.members:
+    if group is None:
         return ErrorCode.UNKNOWN_MEMBER_ID
-    if generation != group.generation:
+    if group_instance_id is not None:
+        holder = group.static_member(group_instance_id)
+        if holder is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if holder.member_id != member_id:
+            return ErrorCode.FENCED_INSTANCE_ID
+    if member_id not in group.members:
+        return ErrorCode.UNKNOWN_MEMBER_ID
+    if generation is not None and generation != group.generation:
         return ErrorCode.ILLEGAL_GENERATION
     return None
 
 
 def sync(state: ShardState, request: SyncGroupRequest) -> asyncio.Future[SyncGroupResponse]:
     answer: asyncio.Future[SyncGroupResponse] = asyncio.get_running_loop().create_future()
-    error = member_error(state, request.group_id, request.member_id, request.generation_id)
+    error = member_error(
+        state, request.group_id, request.member_id, request.generation_id, request.group_instance_id
+    )
     if error is not None:
         answer.set_result(SyncGroupResponse(error_code=error))
         return answer
@@ -431,7 +615,9 @@ def group_stored(state: ShardState, message: GroupStored) -> None:
 
 
 def heartbeat(state: ShardState, request: HeartbeatRequest) -> HeartbeatResponse:
-    error = member_error(state, request.group_id, request.member_id, request.generation_id)
+    error = member_error(
+        state, request.group_id, request.member_id, request.generation_id, request.group_instance_id
+    )
     if error is not None:
         return HeartbeatResponse(error_code=error)
     group = state.groups[request.group_id]
@@ -445,15 +631,38 @@ def leave(state: ShardState, request: LeaveGroupRequest) -> LeaveGroupResponse:
     group = state.groups.get(request.group_id)
     answers = []
     for identity in request.members:
-        if group is None or identity.member_id not in group.members:
-            code = ErrorCode.UNKNOWN_MEMBER_ID
-        else:
-            _remove_member(state, group, identity.member_id)
-            code = ErrorCode.NONE
-        answers.append(MemberResponse(member_id=identity.member_id, error_code=code))
+        member_id, code = _leaving(group, identity.member_id, identity.group_instance_id)
+        if group is not None and code is ErrorCode.NONE:
+            _remove_member(state, group, member_id)
+        answers.append(
+            MemberResponse(
+                member_id=identity.member_id,
+                group_instance_id=identity.group_instance_id,
+                error_code=code,
+            )
+        )
     if group is not None and any(a.error_code == ErrorCode.NONE for a in answers):
         _after_member_left(state, group)
     return LeaveGroupResponse(members=answers)
+
+
+def _leaving(
+    group: Group | None, member_id: str, group_instance_id: str | None
+) -> tuple[str, ErrorCode]:
+    """Which member a LeaveGroup identity names, and whether it may leave (Kafka's rules: an
+    instance id alone names its holder; with a member id, they must agree)."""
+    if group is None:
+        return member_id, ErrorCode.UNKNOWN_MEMBER_ID
+    if group_instance_id is not None:
+        holder = group.static_member(group_instance_id)
+        if holder is None:
+            return member_id, ErrorCode.UNKNOWN_MEMBER_ID
+        if member_id not in ("", holder.member_id):
+            return member_id, ErrorCode.FENCED_INSTANCE_ID
+        return holder.member_id, ErrorCode.NONE
+    if member_id not in group.members:
+        return member_id, ErrorCode.UNKNOWN_MEMBER_ID
+    return member_id, ErrorCode.NONE
 
 
 # -- unloading -------------------------------------------------------------------------------------

@@ -8,10 +8,10 @@ replication.
 
 The shard's own messages come from its alarms (`JoinDeadline`, `SessionExpired`), its periodic
 expiry check (`ExpireOffsets`) and its offsets-topic writes (`GroupStored`, `OffsetsStored`,
-`TxnOffsetsStored`, `TombstonesStored`): they carry a timer's token or a write's outcome back
-into the mailbox, so every state change happens in a handler. `TxnCompleted` comes from the
-broker's WriteTxnMarkers handler, through the router, once a transaction's marker is written to
-the shard's partition.
+`TxnOffsetsStored`, `TombstonesStored`, `StaticMemberStored`): they carry a timer's token or a
+write's outcome back into the mailbox, so every state change happens in a handler.
+`TxnCompleted` comes from the broker's WriteTxnMarkers handler, through the router, once a
+transaction's marker is written to the shard's partition.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from actors.group.metadata import Protocol
 from actors.group.state import PendingTxnOffset, Removed
 from runtime.actor import Ask
 from wire.errors import ErrorCode
@@ -151,6 +152,33 @@ class GroupStored:
     group_id: str
     generation: int
     error: ErrorCode
+
+
+@dataclass(frozen=True, slots=True)
+class ReplacedSettings:
+    """A static member's settings before a restarted instance replaced it (put back if the
+    record naming the new member id fails to be written)."""
+
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocols: tuple[Protocol, ...]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class StaticMemberStored:
+    """The record after a static member's replacement without a rebalance is written, or
+    failed; `answer` is the restarted instance's parked JoinGroup answer."""
+
+    group_id: str
+    generation: int
+    old_member_id: str
+    new_member_id: str
+    leader: str  # the group's leader before the replacement, as the answer names it
+    previous: ReplacedSettings
+    error: ErrorCode
+    answer: asyncio.Future[JoinGroupResponse]
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,9 @@ member votes for the first candidate in its own preference order; the most votes
 goes to the candidate the leader prefers (Kafka leaves ties to map order; a fixed rule keeps
 ketch deterministic). The leader is the first member to join, or the next oldest once it leaves.
 
-Static membership (group.instance.id) is not implemented: members are dynamic only.
+Static members (KIP-345) carry a `group_instance_id`; at most one member holds a given instance id
+(`static_member`), and a static member rejoining under a new member id takes the old one's place
+in the join order, leadership and assignment (`replace_member_id`).
 """
 
 from __future__ import annotations
@@ -138,6 +140,27 @@ class Group:
         member = self.members.pop(member_id, None)
         if member is not None and self.leader == member_id:
             self.leader = next(iter(self.members), None)
+        return member
+
+    def static_member(self, group_instance_id: str) -> Member | None:
+        """The member holding this instance id. A scan: groups are bounded by group.max.size and
+        a separate index would be one more thing to keep in step with `members`."""
+        for member in self.members.values():
+            if member.group_instance_id == group_instance_id:
+                return member
+        return None
+
+    def replace_member_id(self, old_member_id: str, new_member_id: str) -> Member:
+        """Give a member a new id in place: same join order, leadership and assignment."""
+        assert new_member_id not in self.members, new_member_id
+        member = self.members[old_member_id]
+        member.member_id = new_member_id
+        self.members = {
+            (new_member_id if member_id == old_member_id else member_id): m
+            for member_id, m in self.members.items()
+        }
+        if self.leader == old_member_id:
+            self.leader = new_member_id
         return member
 
     def candidate_protocols(self) -> set[str]:

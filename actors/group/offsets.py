@@ -133,7 +133,11 @@ def _commit_refusal(state: ShardState, request: OffsetCommitRequest) -> ErrorCod
             return ErrorCode.UNKNOWN_MEMBER_ID
         return None
     error = membership.member_error(
-        state, request.group_id, request.member_id, request.generation_id_or_member_epoch
+        state,
+        request.group_id,
+        request.member_id,
+        request.generation_id_or_member_epoch,
+        request.group_instance_id,
     )
     if error is not None:
         return error

@@ -50,8 +50,8 @@ Time: session and rebalance deadlines are alarms on the injected clock whose cal
 metadata after the leader's SyncGroup, offset commits, expiry tombstones) go through the
 injected `OffsetsLog.append` with acks=all; their outcome comes back as a message too.
 
-Simplifications (static membership, pending members, KIP-890's verification of transactional
-commits) are said in membership.py and txn_offsets.py.
+Static membership, pending members and the simplifications (KIP-890's verification of
+transactional commits) are said in membership.py and txn_offsets.py.
 """
 
 from __future__ import annotations
@@ -80,6 +80,7 @@ from actors.group.messages import (
     OffsetsStored,
     RemoveOffsets,
     SessionExpired,
+    StaticMemberStored,
     Sync,
     TombstonesStored,
     TxnCommit,
@@ -341,6 +342,10 @@ class GroupShard(Actor):
     def _group_stored(self, message: GroupStored) -> None:
         membership.group_stored(self._state, message)
 
+    @handles(StaticMemberStored)
+    def _static_member_stored(self, message: StaticMemberStored) -> None:
+        membership.static_member_stored(self._state, message)
+
     # -- offsets (offsets.py) --------------------------------------------------------------
 
     @handles(Commit)
@@ -413,6 +418,7 @@ class GroupShard(Actor):
                     members=[
                         DescribedGroupMember(
                             member_id=m.member_id,
+                            group_instance_id=m.group_instance_id,
                             client_id=m.client_id,
                             client_host=m.client_host,
                             member_metadata=m.metadata_for(protocol) if protocol else b"",

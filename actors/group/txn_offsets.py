@@ -143,12 +143,8 @@ def _refusal(state: ShardState, request: TxnOffsetCommitRequest) -> ErrorCode | 
     )
     if not names_member:
         return None  # an older producer (TxnOffsetCommit v0-2) names no member
-    if request.group_instance_id is not None:
-        # Static membership is not implemented, so no member has an instance id: Kafka's
-        # answer for an instance id the group does not know.
-        return ErrorCode.UNKNOWN_MEMBER_ID
     return membership.member_error(
-        state, request.group_id, request.member_id, request.generation_id
+        state, request.group_id, request.member_id, request.generation_id, request.group_instance_id
     )
 
 

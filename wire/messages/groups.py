@@ -5,8 +5,8 @@ DescribeGroups (15), ListGroups (16), DeleteGroups (42), OffsetDelete (47).
 Field names are those of Kafka's JSON specs in snake_case, as of their newest versions (so the
 Kafka listener converts field by field; durations are `*_ms` integers). FindCoordinator has the
 batched shape of Kafka's v4 (several keys, one answer each); LeaveGroup the v3 shape (several
-members). Static membership fields (`group_instance_id`) are carried but the coordinator does not
-implement static membership yet. Member metadata and assignments are opaque bytes (the consumer
+members). Static membership fields (`group_instance_id`, KIP-345) are carried where
+Kafka's newest versions have them. Member metadata and assignments are opaque bytes (the consumer
 protocol's subscription and assignment, which only clients interpret).
 """
 
