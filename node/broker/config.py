@@ -57,6 +57,7 @@ from node.broker.auto_topics import AutoTopicCreationConfig
 from node.broker.lifecycle import BrokerLifecycleConfig
 from runtime.log.config import LogManagerConfig
 from runtime.metrics.registry import METRICS_DISABLED, METRICS_PORT_KEY, metrics_port
+from runtime.net.fetch_session import DEFAULT_MAX_INCREMENTAL_FETCH_SESSION_CACHE_SLOTS
 from runtime.net.server import ServerConfig
 from runtime.net.tcp import parse_source_host
 from runtime.net.transport import Address
@@ -177,6 +178,10 @@ class BrokerConfig:
     # Topics created on a client's Metadata request (auto.create.topics.enable, ...).
     auto_topics: AutoTopicCreationConfig = field(default_factory=AutoTopicCreationConfig)
     metrics_port: int = METRICS_DISABLED
+    # Incremental fetch sessions the Kafka listener keeps (KIP-227; 0: none, every fetch full).
+    max_incremental_fetch_session_cache_slots: int = (
+        DEFAULT_MAX_INCREMENTAL_FETCH_SESSION_CACHE_SLOTS
+    )
     # The consumer-group coordinator (offsets.* and group.* keys, actors/group/config.py).
     groups: GroupCoordinatorConfig = field(default_factory=GroupCoordinatorConfig)
     # The transaction coordinator (transaction.* keys, actors/transactions/config.py).
@@ -196,6 +201,8 @@ class BrokerConfig:
         _ = self.replica_manager.partition_config
         if self.metrics_port != METRICS_DISABLED and not 0 <= self.metrics_port <= 65_535:
             raise ValueError(f"{METRICS_PORT_KEY} must be -1 (off) or 0..65535")
+        if self.max_incremental_fetch_session_cache_slots < 0:
+            raise ValueError("max.incremental.fetch.session.cache.slots must be >= 0")
         _check_listeners(self.listeners, self.advertised_listeners)
         if self.listener_name not in self.listeners:
             raise ValueError(f"listeners has no {self.listener_name} listener")
@@ -330,6 +337,9 @@ def property_values(config: BrokerConfig) -> dict[str, bool | int | float | str]
         ),
         "min.insync.replicas": replication.min_insync_replicas,
         METRICS_PORT_KEY: config.metrics_port,
+        "max.incremental.fetch.session.cache.slots": (
+            config.max_incremental_fetch_session_cache_slots
+        ),
     }
     if config.controller_address is not None:
         values["controller.address"] = str(config.controller_address)

@@ -38,7 +38,8 @@ It builds and wires the broker's parts and owns their lifetimes:
                             Kafka clients, on the same table (runtime/net/kafka_dialect.py),
                             each request held until the first UpdateMetadata
                             and until the cluster id is known (node/broker/serving_gate.py);
-                            no control-plane API is reachable
+                            no control-plane API is reachable; its incremental fetch
+                            sessions in a FetchSessionCache (runtime/net/fetch_session.py)
     BrokerMetrics           Prometheus metrics (runtime/metrics/), always collected in
                             memory; with metrics.port set, request latencies are observed and
                             a MetricsHttpServer serves them on the node's loop
@@ -98,9 +99,10 @@ from runtime.actor import ActorStatistics
 from runtime.clock import Clock
 from runtime.log.manager import LoadedDir, LogManager
 from runtime.log.producer_state import AppendOrigin
-from runtime.metrics.broker import BrokerMetrics
+from runtime.metrics.broker import BrokerMetrics, fetch_session_metrics
 from runtime.metrics.endpoint import MetricsHttpServer
 from runtime.metrics.registry import METRICS_DISABLED
+from runtime.net.fetch_session import FetchSessionCache
 from runtime.net.kafka_dialect import KafkaProtocol
 from runtime.net.request_pool import RequestMemoryPool
 from runtime.net.server import Server
@@ -403,7 +405,11 @@ class BrokerNode:
         )
         self.kafka_server: Server | None = None
         if config.kafka_listen_address is not None:
-            kafka = KafkaProtocol(self.metadata_gate.wrap(handlers), _TopicIds(replica_manager))
+            sessions = FetchSessionCache(clock, config.max_incremental_fetch_session_cache_slots)
+            self.metrics.add_collector(lambda: fetch_session_metrics(sessions))
+            kafka = KafkaProtocol(
+                self.metadata_gate.wrap(handlers), _TopicIds(replica_manager), sessions
+            )
             self.kafka_server = Server(
                 self._transport,
                 config.kafka_listen_address,

@@ -10,6 +10,10 @@
     kafka_server_replicamanager_failedisrupdates_total  counter  AlterPartition attempts failed
     kafka_server_delayedoperationpurgatory_purgatorysize{delayedOperation}       gauge  watched
     kafka_server_delayedoperationpurgatory_numdelayedoperations{delayedOperation} gauge waiting
+    kafka_server_fetchsessioncache_numincrementalfetchsessions        gauge    sessions cached
+    kafka_server_fetchsessioncache_numincrementalfetchpartitionscached gauge  their partitions
+    kafka_server_fetchsessioncache_incrementalfetchsessionevictions_total counter  evicted
+    ketch_fetchsessioncache_incrementalfetches_total    counter  Fetches answered in a session
     kafka_network_requestmetrics_totaltimems{request}   histogram  ms, request received to
                                                                    response ready
     ketch_actor_mailbox_depth{kind} / ketch_actor_mailbox_depth_max{kind} / ketch_actors{kind}
@@ -219,6 +223,42 @@ class PurgatorySize(Protocol):
     def watched(self) -> int: ...
     @property
     def delayed(self) -> int: ...
+
+
+class FetchSessionCounts(Protocol):
+    """What the Kafka listener's FetchSessionCache (runtime/net/fetch_session.py) reports."""
+
+    def __len__(self) -> int: ...
+    @property
+    def num_partitions(self) -> int: ...
+    @property
+    def evictions(self) -> int: ...
+    @property
+    def incremental_fetches(self) -> int: ...
+
+
+def fetch_session_metrics(cache: FetchSessionCounts) -> list[Metric]:
+    """Kafka's kafka.server:type=FetchSessionCache metrics (the evictions as a total, as
+    Prometheus counts), and how many Fetches were answered incrementally."""
+    prefix = "kafka_server_fetchsessioncache_"
+    return [
+        gauge(prefix + "numincrementalfetchsessions", "Incremental fetch sessions", len(cache)),
+        gauge(
+            prefix + "numincrementalfetchpartitionscached",
+            "Partitions in the incremental fetch sessions",
+            cache.num_partitions,
+        ),
+        counter(
+            prefix + "incrementalfetchsessionevictions",
+            "Fetch sessions evicted to make room for another",
+            cache.evictions,
+        ),
+        counter(
+            "ketch_fetchsessioncache_incrementalfetches",
+            "Fetches answered in an incremental fetch session",
+            cache.incremental_fetches,
+        ),
+    ]
 
 
 class BrokerMetrics(NodeMetrics):

@@ -16,6 +16,12 @@ What a request cannot become:
     a refused request (replica id on Fetch)  the API's own per-partition error answer
     handler failure                          UNKNOWN_SERVER_ERROR per partition (Kafka's way)
 
+Fetch sessions (KIP-227): with a `FetchSessionCache` (runtime/net/fetch_session.py), a Fetch
+that names a session is served in that session's context: `admit` turns an incremental request
+into the session's full native request (or answers a session error at once) and `encode` keeps
+only the partitions the session's client must be told of. Both run on the loop thread, the
+cache's owner. Without a cache every Fetch is answered in full, with session id 0.
+
 Kafka connections never authenticate here: no control-plane API is reachable through this
 listener (none is in `wire.kafka.apis.APIS`), and `RequestContext.cluster_member` is False.
 `KafkaProtocol` holds what the listener's connections share; each connection's `KafkaDialect`
@@ -32,6 +38,7 @@ from typing import Any
 from kio.static.constants import EntityType
 
 from runtime.net.dialect import Answer, Call, Handler, RequestContext
+from runtime.net.fetch_session import FetchContext, FetchSessionCache, error_answer
 from runtime.net.server import Server
 from runtime.net.transport import Stream
 from wire.error_responses import error_response
@@ -47,7 +54,7 @@ from wire.kafka.codec import (
     unsupported_api_versions,
 )
 from wire.kafka.convert import to_kio
-from wire.kafka.fetch_codec import decode_fetch_request, encode_fetch_response
+from wire.kafka.fetch_codec import SESSIONLESS, decode_fetch, encode_fetch_response
 from wire.kafka.produce_codec import decode_produce_request, encode_produce_response
 from wire.messages import (
     ApiKey,
@@ -66,9 +73,15 @@ class KafkaProtocol:
     """What every Kafka connection of one listener shares: the handlers (by API key, native
     requests and responses), the broker's topic ids, and the APIs served with them."""
 
-    def __init__(self, handlers: Mapping[int, Handler], topics: TopicIds) -> None:
+    def __init__(
+        self,
+        handlers: Mapping[int, Handler],
+        topics: TopicIds,
+        fetch_sessions: FetchSessionCache | None = None,
+    ) -> None:
         self.handlers = dict(handlers)
         self.topics = topics
+        self.fetch_sessions = fetch_sessions
         self.apis = {key: api for key, api in APIS.items() if self._servable(api)}
 
     def _servable(self, api: KafkaApi) -> bool:
@@ -102,10 +115,26 @@ class KafkaDialect:
         response_cls = schema(prefix.api_key, prefix.api_version, EntityType.response)
         native: Request
         note: object = None
+        fetch: FetchContext | None = None
         if api.key == ApiKey.PRODUCE:
             client_id, native = decode_produce_request(frame, prefix)
         elif api.key == ApiKey.FETCH:
-            client_id, native, note = decode_fetch_request(frame, prefix, protocol.topics)
+            client_id, fetch_request, note, session = decode_fetch(frame, prefix, protocol.topics)
+            native = fetch_request
+            sessions = protocol.fetch_sessions
+            # A refused Fetch (below) is answered outside any session.
+            refused = api.refuse is not None and api.refuse(native) is not None
+            if sessions is not None and session is not SESSIONLESS and not refused:
+                context = sessions.new_context(
+                    fetch_request, session.session_id, session.session_epoch, session.forgotten
+                )
+                if not isinstance(context, FetchContext):
+                    answer = error_answer(context)
+                    return encode_fetch_response(
+                        prefix.correlation_id, prefix.api_version, answer, None, protocol.topics
+                    )
+                fetch = context
+                native = context.request
         else:
             request = decode_request(frame, prefix)
             if api.key == ApiKey.API_VERSIONS:
@@ -116,7 +145,7 @@ class KafkaDialect:
             except (TypeError, ValueError) as exc:
                 # A value kio accepts but the native message cannot hold (out of its range).
                 raise KafkaFrameError(f"API {api.key} v{prefix.api_version}: {exc}") from None
-        origin = _Origin(api, response_cls, note)
+        origin = _Origin(api, response_cls, note, fetch)
         call = Call(protocol.handlers[api.key], native, self._context(prefix, client_id), origin)
         if api.refuse is not None and (code := api.refuse(native)) is not None:
             return self.error(call, code)
@@ -156,8 +185,16 @@ class KafkaDialect:
         if isinstance(response, FetchResponse):
             note = origin.note
             assert note is None or isinstance(note, FetchByIds)
+            session_id = 0
+            if origin.fetch is not None:
+                response, session_id = origin.fetch.answer(response)
             return encode_fetch_response(
-                context.correlation_id, context.api_version, response, note, self.protocol.topics
+                context.correlation_id,
+                context.api_version,
+                response,
+                note,
+                self.protocol.topics,
+                session_id,
             )
         answer = origin.api.kio_response(
             response, origin.response_cls, origin.note, self.protocol.topics
@@ -175,3 +212,4 @@ class _Origin:
     api: KafkaApi
     response_cls: type[Any]
     note: object  # the API's request hook's note (Fetch by id: the names it fetched under)
+    fetch: FetchContext | None = None  # the Fetch's session context, if it names a session

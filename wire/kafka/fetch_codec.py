@@ -26,9 +26,11 @@ arrays, tagged fields at the end of every struct; header v1, v2 from v12, as for
     v12+ tagged fields: 0 cluster id (string), v15+: 1 replica state (replica id int32,
                         replica epoch int64, tagged fields)
 
-The native request keeps what ketch serves (no fetch sessions, no rack-aware reads): the
-session fields, forgotten topics, rack id, cluster id, last fetched epoch and replica epoch are
-read and checked, then dropped, as the general path drops them.
+The native request keeps what ketch serves (no rack-aware reads): the rack id, cluster id, last
+fetched epoch and replica epoch are read and checked, then dropped, as the general path drops
+them. The session id and epoch and the forgotten topics (by name; from v13 the ids the broker
+knows, resolved to names) come back beside the native request as `FetchSessionFields`, for the
+listener's fetch sessions (runtime/net/fetch_session.py).
 
 Response (FetchResponse.json; header v0, v1 from v12):
 
@@ -40,8 +42,9 @@ Response (FetchResponse.json; header v0, v1 from v12):
                            int64], v11+: preferred read replica int32, records nullable]]
 
 What the native response does not carry is sent as Kafka sends it when unset, as the general
-path does: throttle time 0, session id 0 (no session), preferred read replica -1, and none of
-the v12+ tagged fields (diverging epoch, current leader, snapshot id, node endpoints).
+path does: throttle time 0, preferred read replica -1, and none of the v12+ tagged fields
+(diverging epoch, current leader, snapshot id, node endpoints). The session id is the caller's
+(`encode_fetch_response(..., session_id)`; 0, no session, unless it says otherwise).
 
 State: none.
 """
@@ -49,6 +52,7 @@ State: none.
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass, field
 from typing import Final
 
 from wire.errors import ErrorCode
@@ -101,7 +105,8 @@ _PARTITION_V9: Final[_PartitionLayout] = (struct.Struct(">iiqqi"), 1, 3)
 _PARTITION_V12: Final[_PartitionLayout] = (struct.Struct(">iiqiqi"), 1, 4)  # + last fetched epoch
 
 _NO_THROTTLE: Final = I32.pack(0)  # ketch does not throttle
-_NO_SESSION: Final = 0  # ketch has no fetch sessions: every answer is a full one
+_NO_SESSION: Final = 0  # a sessionless answer
+_SESSIONLESS_EPOCH: Final = -1  # with session id 0: a fetch outside any session
 _NO_PREFERRED_READ_REPLICA: Final = I32.pack(-1)
 _RESPONSE_PARTITION: Final = struct.Struct(">ihqq")  # index, error, high watermark, LSO
 _ABORTED_TRANSACTION: Final = struct.Struct(">qq")  # producer id, first offset
@@ -121,11 +126,32 @@ def _partition_layout(version: int) -> _PartitionLayout:
 # -- request ---------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class FetchSessionFields:
+    """A request's fetch-session fields (v7+; before v7 those of a sessionless fetch): the
+    session id and epoch, and the forgotten partitions by topic name."""
+
+    session_id: int = _NO_SESSION
+    session_epoch: int = _SESSIONLESS_EPOCH
+    forgotten: list[tuple[str, list[int]]] = field(default_factory=list)
+
+
+SESSIONLESS: Final = FetchSessionFields()
+
+
 def decode_fetch_request(
     frame: Buffer, prefix: RequestPrefix, topics: TopicIds
 ) -> tuple[str | None, FetchRequest, FetchByIds | None]:
     """(client id, native request, note for the response) of a Fetch request frame (after its
     4-byte length); the note is a `FetchByIds` from v13 on, None before."""
+    client_id, request, note, _ = decode_fetch(frame, prefix, topics)
+    return client_id, request, note
+
+
+def decode_fetch(
+    frame: Buffer, prefix: RequestPrefix, topics: TopicIds
+) -> tuple[str | None, FetchRequest, FetchByIds | None, FetchSessionFields]:
+    """`decode_fetch_request`'s three, and the request's session fields."""
     assert prefix.api_key == ApiKey.FETCH
     version = prefix.api_version
     if version not in FETCH_VERSIONS:
@@ -138,8 +164,7 @@ def decode_fetch_request(
         reader.no_tagged_fields()
     replica_id = reader.int32() if version < FETCH_REPLICA_STATE else -1
     max_wait_ms, min_bytes, max_bytes, isolation_level = reader.fields(_FETCH_LIMITS)
-    if version >= _SESSIONS:
-        reader.fields(_SESSION)  # no fetch sessions: read, not kept
+    session_id, session_epoch = reader.fields(_SESSION) if version >= _SESSIONS else (0, -1)
     layout = _partition_layout(version)
     note = FetchByIds({}, []) if by_id else None
     native_topics = []
@@ -159,8 +184,7 @@ def decode_fetch_request(
             reader.no_tagged_fields()
         if name is not None:
             native_topics.append(FetchTopic(topic=name, partitions=partitions))
-    if version >= _SESSIONS:
-        _skip_forgotten_topics(reader, flexible, by_id)
+    forgotten = _forgotten_topics(reader, flexible, topics, by_id) if version >= _SESSIONS else []
     if version >= _RACK_ID:
         reader.string()  # no rack-aware reads: read, not kept
     if flexible:
@@ -173,7 +197,11 @@ def decode_fetch_request(
         isolation_level=isolation_level,
         topics=native_topics,
     )
-    return client_id, request, note
+    if session_id == _NO_SESSION and session_epoch == _SESSIONLESS_EPOCH and not forgotten:
+        session = SESSIONLESS
+    else:
+        session = FetchSessionFields(session_id, session_epoch, forgotten)
+    return client_id, request, note, session
 
 
 def _partitions(reader: Reader, flexible: bool, layout: _PartitionLayout) -> list[FetchPartition]:
@@ -195,15 +223,20 @@ def _partitions(reader: Reader, flexible: bool, layout: _PartitionLayout) -> lis
     return partitions
 
 
-def _skip_forgotten_topics(reader: Reader, flexible: bool, by_id: bool) -> None:
+def _forgotten_topics(
+    reader: Reader, flexible: bool, topics: TopicIds, by_id: bool
+) -> list[tuple[str, list[int]]]:
+    """The forgotten partitions by topic name; a topic id the broker does not know is left out
+    (it cannot be in a session: unknown ids are never added to one)."""
+    forgotten = []
     for _ in range(reader.array_length()):
-        if by_id:
-            reader.uuid()
-        else:
-            reader.string()
-        reader.int32_array()
+        name = topics.name_of(reader.uuid()) if by_id else reader.string()
+        indexes = reader.int32_array()
         if flexible:
             reader.no_tagged_fields()
+        if name is not None:
+            forgotten.append((name, indexes))
+    return forgotten
 
 
 def _request_tags(reader: Reader, version: int, replica_id: int) -> int:
@@ -231,9 +264,11 @@ def encode_fetch_response(
     response: FetchResponse,
     note: FetchByIds | None,
     topics: TopicIds,
+    session_id: int = _NO_SESSION,
 ) -> list[Buffer]:
     """The whole response frame, its 4-byte length included, as buffers to send back to back:
-    each non-empty record set is its own element, the very object the response holds."""
+    each non-empty record set is its own element, the very object the response holds;
+    `session_id` is the fetch session the answer is in (v7+; 0: none)."""
     assert version in FETCH_VERSIONS, version
     flexible = version >= FIRST_FLEXIBLE
     parts: list[Buffer] = []
@@ -243,7 +278,7 @@ def encode_fetch_response(
         out.append(NO_TAGGED_FIELDS)  # response header v1
     out += _NO_THROTTLE
     if version >= _SESSIONS:
-        out += _ERROR_AND_SESSION.pack(kafka_error_code(response.error_code), _NO_SESSION)
+        out += _ERROR_AND_SESSION.pack(kafka_error_code(response.error_code), session_id)
     answers = _answers(version, response, note, topics)
     write_array_length(out, len(answers), flexible)
     for topic, partitions in answers:
