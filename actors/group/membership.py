@@ -300,16 +300,22 @@ def _replace_static(
 
 
 def _fence(state: ShardState, group: Group, member_id: str) -> None:
+    _drop_waits(state, group, member_id, ErrorCode.FENCED_INSTANCE_ID)
+
+
+def _drop_waits(state: ShardState, group: Group, member_id: str, code: ErrorCode) -> None:
+    """Cancel the member's session alarm and answer its pending JoinGroup and SyncGroup with
+    `code`: the member id is gone (removed, or replaced by its static instance's new id)."""
     waits = state.waits(group.group_id)
     session = waits.sessions.pop(member_id, None)
     if session is not None:
         session[1].cancel()
     join = waits.joins.pop(member_id, None)
     if join is not None:
-        settle(join, _join_error(ErrorCode.FENCED_INSTANCE_ID, member_id))
+        settle(join, _join_error(code, member_id))
     sync = waits.syncs.pop(member_id, None)
     if sync is not None:
-        settle(sync, SyncGroupResponse(error_code=ErrorCode.FENCED_INSTANCE_ID))
+        settle(sync, SyncGroupResponse(error_code=code))
 
 
 def static_member_stored(state: ShardState, message: StaticMemberStored) -> None:
@@ -503,16 +509,7 @@ def session_expired(state: ShardState, message: SessionExpired) -> None:
 
 
 def _remove_member(state: ShardState, group: Group, member_id: str) -> None:
-    waits = state.waits(group.group_id)
-    session = waits.sessions.pop(member_id, None)
-    if session is not None:
-        session[1].cancel()
-    join = waits.joins.pop(member_id, None)
-    if join is not None:
-        settle(join, _join_error(ErrorCode.UNKNOWN_MEMBER_ID, member_id))
-    sync = waits.syncs.pop(member_id, None)
-    if sync is not None:
-        settle(sync, SyncGroupResponse(error_code=ErrorCode.UNKNOWN_MEMBER_ID))
+    _drop_waits(state, group, member_id, ErrorCode.UNKNOWN_MEMBER_ID)
     group.remove(member_id)
 
 

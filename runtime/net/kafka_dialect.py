@@ -122,9 +122,13 @@ class KafkaDialect:
             client_id, fetch_request, note, session = decode_fetch(frame, prefix, protocol.topics)
             native = fetch_request
             sessions = protocol.fetch_sessions
-            # A refused Fetch (below) is answered outside any session.
-            refused = api.refuse is not None and api.refuse(native) is not None
-            if sessions is not None and session is not SESSIONLESS and not refused:
+            # A refused Fetch (below) is answered outside any session; a sessionless one (most
+            # clients' every fetch) is not checked for that twice.
+            if (
+                sessions is not None
+                and session is not SESSIONLESS
+                and (api.refuse is None or api.refuse(native) is None)
+            ):
                 context = sessions.new_context(
                     fetch_request, session.session_id, session.session_epoch, session.forgotten
                 )
