@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from runtime.net.security_protocol import ANONYMOUS_PRINCIPAL
 from runtime.net.transport import Buffer, Stream
 from wire.errors import ErrorCode
 from wire.messages import Request, Response
@@ -34,6 +35,10 @@ class RequestContext:
     # The listener the request arrived on (Kafka's ListenerName): which addresses an answer
     # names (Metadata, FindCoordinator) and which protocol's rules apply.
     listener: str
+    # Who the connection authenticated as (Kafka's KafkaPrincipal, `User:NAME`): what an
+    # authorizer decides on. Set by the listener's security protocol (SASL, a TLS client
+    # certificate); `runtime.net.security_protocol.ANONYMOUS_PRINCIPAL` when nothing proved one.
+    principal: str = ANONYMOUS_PRINCIPAL
 
 
 Answer = bytes | list[Buffer]
