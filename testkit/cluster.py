@@ -40,7 +40,7 @@ from typing import Any, Final, TypeVar
 from actors.controller.messages import ControllerConfig
 from actors.views import Role
 from client.client import Client
-from node.broker.config import BrokerConfig
+from node.broker.config import KAFKA_LISTENER, BrokerConfig
 from node.broker.node import BrokerNode, NodeState
 from node.controller.node import ControllerNode
 from node.layout import CONTROLLER_NODE, Layout, broker_node, sized_properties
@@ -102,8 +102,11 @@ class Cluster:
         network: MemoryNetwork | None = None,
         seed: int = 0,
         log_dirs_per_broker: int = 1,
+        kafka_listener: bool = False,
     ) -> None:
         self.data_dir = data_dir
+        # Each broker also serves the Kafka protocol, on a free port of its native host.
+        self.kafka_listener = kafka_listener
         self.broker_ids = sorted(broker_ids)
         self.clock = clock
         self.network = network
@@ -205,7 +208,7 @@ class Cluster:
             **self.properties,
             "broker.id": broker_id,
             "log.dirs": ",".join(str(d) for d in self.log_dirs(broker_id)),
-            "listeners": f"{LISTENER}://{self._address_for(name)}",
+            "listeners": self._listeners(name),
         }
 
         async def launch() -> BrokerNode:
@@ -227,6 +230,12 @@ class Cluster:
             what=f"broker {broker_id} registered",
         )
         return node
+
+    def _listeners(self, name: str) -> str:
+        native = self._address_for(name)
+        if not self.kafka_listener:
+            return f"{LISTENER}://{native}"
+        return f"{LISTENER}://{native},{KAFKA_LISTENER}://{Address(native.host, 0)}"
 
     def _registered(self, broker_id: int) -> bool:
         node = self.nodes[broker_id]
