@@ -519,9 +519,11 @@ class Sender:
         """`batch` ran out of delivery.timeout.ms: the error names `last`, the last error it
         met, and has it as its cause."""
         reason = "" if last is None else f"; last error: {error_reason(last)}"
+        # A batch that never found a leader to go to was never sent: "0 attempt(s)" read oddly.
+        tries = f"{batch.attempts} attempt(s)" if batch.attempts else "never sent"
         error = DeliveryTimeoutError(
             f"{len(batch)} record(s) for {batch.tp} not acknowledged within delivery.timeout.ms "
-            f"({self._config.delivery_timeout_ms} ms, {batch.attempts} attempt(s)){reason}",
+            f"({self._config.delivery_timeout_ms} ms, {tries}){reason}",
             topic=batch.tp.topic,
         )
         error.__cause__ = last

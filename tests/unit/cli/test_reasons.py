@@ -43,8 +43,8 @@ def no_broker_reachable() -> NoBrokersAvailableError:
 
 def timed_out(last: BaseException, topic: str | None = "orders") -> DeliveryTimeoutError:
     error = DeliveryTimeoutError(
-        "1 record(s) for orders-0 not acknowledged within delivery.timeout.ms (30000 ms, 0 "
-        "attempt(s)); last error: LEADER_NOT_AVAILABLE (partition orders-0 has no leader)",
+        "1 record(s) for orders-0 not acknowledged within delivery.timeout.ms (30000 ms, never "
+        "sent); last error: LEADER_NOT_AVAILABLE (partition orders-0 has no leader)",
         topic=topic,
     )
     error.__cause__ = last

@@ -47,7 +47,8 @@ async def test_a_partition_without_leader_names_leader_not_available(
     futures = [await producer.send("orders", None, bytes(40), partition=0) for _ in range(4)]
     errors = await timeout_of(clock, futures)
     for error in errors:
-        assert "not acknowledged within delivery.timeout.ms (3000 ms" in str(error)
+        # No leader to send to: never sent, said so rather than "0 attempt(s)".
+        assert "not acknowledged within delivery.timeout.ms (3000 ms, never sent)" in str(error)
         assert "last error: LEADER_NOT_AVAILABLE (partition orders-0 has no leader)" in str(error)
         assert isinstance(error.__cause__, KafkaError)
         assert error.__cause__.code is ErrorCode.LEADER_NOT_AVAILABLE
@@ -63,6 +64,8 @@ async def test_a_refusing_leader_names_its_error(
     future = await producer.send("t", None, b"x", partition=0)
     (error,) = await timeout_of(clock, [future])
     assert "last error: NOT_ENOUGH_REPLICAS" in str(error)
+    assert "never sent" not in str(error)
+    assert " attempt(s))" in str(error)
     assert isinstance(error.__cause__, KafkaError)
     assert error.__cause__.code is ErrorCode.NOT_ENOUGH_REPLICAS
     await producer.close()
