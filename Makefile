@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: test lint typecheck pytest run bench bench-tansu clean kcat
+.PHONY: test lint typecheck pytest run spark-cluster bench bench-tansu clean kcat
 
 $(PY):
 	@echo "Creating the virtual environment $(VENV) with $$($(PYTHON) --version)..."
@@ -50,6 +50,12 @@ pytest: $(STAMP) kcat
 # ./data) in the foreground until Ctrl-C; `ketch up --help` for the options.
 run: $(STAMP)
 	$(VENV)/bin/ketch up
+
+# A Spark standalone cluster (a master and 2 workers on 127.0.0.1, from pyspark's own Spark) in
+# the foreground until Ctrl-C, for `ketch verify|compact --master spark://127.0.0.1:PORT` (the
+# URL it prints); `ketch spark up --help` for the options (SPARK_ARGS="--workers 3").
+spark-cluster: $(STAMP)
+	$(VENV)/bin/ketch spark up $(SPARK_ARGS)
 
 bench: $(STAMP)
 	$(PY) -m bench.timers

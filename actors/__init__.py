@@ -6,6 +6,8 @@
     controller/   the controller actor, its metadata model and the channel to brokers
     group/        the consumer-group coordinator on __consumer_offsets
     transactions/ the transaction coordinator on __transaction_state (KIP-98)
+    acl/          ACL bindings and the authorizer's rules (Kafka's StandardAuthorizer), pure:
+                  the controller stores ACLs, the brokers enforce them
 
 `views` (published partition state), `metadata_cache` (a broker's view of the cluster), and the
 coordinators' `partition_router` and `partition_log` are shared by the areas. May import `client`,

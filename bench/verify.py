@@ -22,9 +22,15 @@ Measures, in one run (page cache warm, since the data was just written):
 * ``compact``: `offline.compact.run_compact` with ``--install`` semantics on broker 2's log dir
   (cleanup.policy=compact given as an override), at local[2]; MB/s over the bytes of the
   segments it cleaned, timed from planning to the installed result.
+* ``master`` (with ``--master URL`` or ``--standalone N``): verify as for local[2], on a Spark
+  cluster: the one at URL, or a standalone cluster of N workers (1 core, 1g each) started on
+  127.0.0.1 for the run (`offline.standalone`, as ``ketch spark up`` does). On one machine this
+  measures what running as a cluster costs (executor JVMs, task shipping, Python workers per
+  executor) against local[2] on the same data and cores, not a cluster's scaling.
 
-``python -m bench.verify [--gb 1.0] [--json FILE]`` prints a table and writes
-``{"bytes", "local1_mb_s", "local2_mb_s", "plain_python_mb_s", "compact_mb_s"}``.
+``python -m bench.verify [--gb 1.0] [--json FILE] [--master URL | --standalone N]`` prints a
+table and writes ``{"bytes", "local1_mb_s", "local2_mb_s", "plain_python_mb_s",
+"compact_mb_s"}``, plus ``"master"`` and ``"master_mb_s"`` with a cluster.
 """
 
 from __future__ import annotations
@@ -127,11 +133,11 @@ def plain_python_pass(root: Path) -> float:
     return float(seconds)
 
 
-def verify_seconds(root: Path, master: str) -> float:
+def verify_seconds(root: Path, master: str, conf: dict[str, str] | None = None) -> float:
     from offline.spark_session import build_session
     from offline.verify_job import run_verify
 
-    spark = build_session(master, f"bench verify {master}")
+    spark = build_session(master, f"bench verify {master}", conf=conf or {})
     try:
         best = float("inf")
         for _ in range(2):
@@ -163,12 +169,35 @@ def compact_mb_s(root: Path) -> tuple[float, int]:
     return cleaned / MB / result.elapsed_s, cleaned
 
 
+def _on_cluster(root: Path, master: str | None, workers: int | None) -> tuple[str, float] | None:
+    """(master URL, verify seconds) on the given master or a standalone cluster started here."""
+    if master is not None:
+        return master, verify_seconds(root, master)
+    if workers is None:
+        return None
+    from offline.standalone import start_standalone
+
+    with start_standalone(workers, cores=1, memory="1g") as cluster:
+        # Executors as large as a worker offers; the driver's settings are the local runs'.
+        seconds = verify_seconds(root, cluster.master_url, {"spark.executor.memory": "1g"})
+        return f"standalone ({workers} workers)", seconds
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else None)
     parser.add_argument("--gb", type=float, default=1.0, help="GiB of segment files in all")
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--dir", type=Path, default=None, help="where to generate (a temp dir)")
     parser.add_argument("--json", default=None, metavar="FILE", help="write the figures here")
+    cluster = parser.add_mutually_exclusive_group()
+    cluster.add_argument("--master", default=None, help="also verify on this Spark master URL")
+    cluster.add_argument(
+        "--standalone",
+        type=int,
+        default=None,
+        metavar="N",
+        help="also verify on a standalone cluster of N workers started for the run",
+    )
     args = parser.parse_args(argv)
     console = Console()
     root = Path(tempfile.mkdtemp(prefix="ketch-bench-verify-", dir=args.dir))
@@ -178,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
         plain = plain_python_pass(root)
         local1 = verify_seconds(root, "local[1]")
         local2 = verify_seconds(root, "local[2]")
+        # Before compact, which rewrites broker 2's logs (verify would then find them changed).
+        on_master = _on_cluster(root, args.master, args.standalone)
         compact, cleaned = compact_mb_s(root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -200,8 +231,15 @@ def main(argv: list[str] | None = None) -> int:
         f"{cleaned / MB / compact:.2f}" if compact else "-",
         str(figures["compact_mb_s"]),
     )
+    if on_master is not None:
+        master, seconds = on_master
+        figures["master"] = master
+        figures["master_mb_s"] = round(total / MB / seconds, 1)
+        table.add_row(f"verify {master}", f"{seconds:.2f}", str(figures["master_mb_s"]))
     console.print(table)
     console.print(f"local[2] / local[1] = {local1 / local2:.2f}x")
+    if on_master is not None:
+        console.print(f"{on_master[0]} / local[2] = {local2 / on_master[1]:.2f}x")
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
     return 0

@@ -21,9 +21,11 @@ import asyncio
 import functools
 import json
 import os
+import ssl
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Final, Protocol, TextIO, TypeVar, cast
 
 from rich.console import Console
@@ -36,13 +38,20 @@ from cli.bootstrap import (
     format_bootstrap,
     resolve_bootstrap,
 )
+from cli.client_sasl import client_authenticator, client_sasl_scope, command_sasl
+from cli.client_tls import (
+    add_command_config_flag,
+    client_tls_scope,
+    client_transport,
+    command_ssl_context,
+)
 from cli.parsing import CommandParser
 from cli.reasons import describe_error
 from client.client import Client
 from client.config import ClientConfig
 from client.errors import ClientError
 from runtime.clock import SystemClock
-from runtime.net.tcp import TcpTransport, new_event_loop
+from runtime.net.tcp import new_event_loop
 from runtime.net.transport import Address
 from wire.errors import ErrorCode, KafkaError
 from wire.messages import MetadataRequest, MetadataRequestTopic, MetadataResponse
@@ -120,7 +129,10 @@ def non_negative_int_arg(text: str) -> int:
 
 def add_bootstrap_flag(parser: argparse.ArgumentParser) -> None:
     """`--bootstrap HOST:PORT[,HOST:PORT...]`; without it `args.bootstrap` is filled in once
-    parsing is done (cli/bootstrap.py), so register the command with `set_command`."""
+    parsing is done (cli/bootstrap.py), so register the command with `set_command`. With it
+    comes `--command-config FILE`, the client's TLS settings (cli/client_tls.py) and SASL login
+    (cli/client_sasl.py)."""
+    add_command_config_flag(parser)
     parser.add_argument(
         "--bootstrap",
         type=bootstrap_arg,
@@ -168,7 +180,14 @@ def set_command(parser: argparse.ArgumentParser, command: Command) -> None:
             resolve_bootstrap(parser, args)
         except SystemExit as exc:  # parser.error(): the usage is printed, the code returned
             return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-        return command(args)
+        try:
+            context = _command_ssl_context(args)
+            login = command_sasl(getattr(args, "command_config", None))
+        except ValueError as exc:
+            error(parser.prog, str(exc))
+            return EXIT_USAGE
+        with client_tls_scope(context), client_sasl_scope(login):
+            return command(args)
 
     parser.set_defaults(func=run, handler=run)
 
@@ -261,6 +280,19 @@ def run_query(
     return run_async(prog, bootstrap, work)
 
 
+def _command_ssl_context(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """The command's client TLS (cli/client_tls.py); None for a command without a cluster."""
+    bootstrap = getattr(args, "bootstrap", None)
+    if bootstrap is None:
+        return None
+    data_dir = getattr(args, "data_dir", None)
+    return command_ssl_context(
+        getattr(args, "command_config", None),
+        bootstrap,
+        Path(data_dir) if isinstance(data_dir, str | Path) else None,
+    )
+
+
 def error(prog: str, message: str) -> None:
     print(f"{prog}: {message}", file=sys.stderr, flush=True)
 
@@ -284,11 +316,12 @@ async def open_client(
     """A client of the cluster reached through any address of `bootstrap`, closed on exit."""
     client = Client(
         bootstrap,
-        transport=TcpTransport(),
+        transport=client_transport(),  # TLS when --command-config or cluster.json says so
         clock=SystemClock(),
         client_id=client_id,
         config=CLI_CLIENT_CONFIG,
         reach_timeout_ms=CLI_REACH_TIMEOUT_MS,
+        authenticator=client_authenticator(),  # a SASL login when --command-config says so
     )
     try:
         yield client

@@ -4,9 +4,10 @@ Subcommands are registered by the layer that implements them (each module's `reg
 
 Two kinds of subcommand:
 * argparse subcommands (`up`, `topic`, `group`, `produce`, `consume`, `cluster`, `config`,
-  `bench`, `dump-log`): `_COMMANDS` names each one's help line and its registrar, which adds
-  the parser and sets `handler`; only the registrar of the command being run is imported (the
-  others are listed by their help line), so a command starts without loading the rest;
+  `bench`, `dump-log`, `spark`): `_COMMANDS` names each one's help line and its registrar,
+  which adds the parser and sets `handler`; only the registrar of the command being run is
+  imported (the others are listed by their help line), so a command starts without loading the
+  rest;
 * pass-throughs (`broker`, `controller`): a process with its own parser and `main(argv)` in its
   module; `_PASS_THROUGH` names the module, and everything after the command word goes to that
   `main` untouched, so `ketch broker --help` is the broker's own help. They still appear in
@@ -107,10 +108,16 @@ _COMMANDS: Final[dict[str, _Command]] = {
         "the cluster's controller and brokers", "cli.status:register_cluster_group"
     ),
     "config": _Command("node configuration", "cli.config_cmd:register"),
+    "acl": _Command("add, list and remove ACLs (kafka-acls)", "cli.acl:register"),
+    "user": _Command("create, delete and list SCRAM users (SASL)", "cli.user:register"),
+    "quota": _Command("set, list and remove client quotas (byte rates)", "cli.quota:register"),
     "bench": _Command("benchmarks", "bench.latency:register"),
     "dump-log": _Command(
         "print and check segment files (.log, .index, .timeindex, .txnindex, .snapshot, or a dir)",
         "cli.main:add_dump_log",
+    ),
+    "spark": _Command(
+        "a local Spark standalone cluster for verify and compact", "cli.spark_cluster:register"
     ),
 }
 

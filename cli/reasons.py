@@ -22,6 +22,7 @@ from client.errors import (
     DeliveryTimeoutError,
     NoBrokersAvailableError,
     RequestTimeoutError,
+    SaslAuthenticationError,
     error_reason,
     os_error_reason,
 )
@@ -87,6 +88,11 @@ _ADVICE: Final[Mapping[ErrorCode, str]] = {
     ErrorCode.CLUSTER_AUTHORIZATION_FAILED: "the cluster's ACLs do not allow this",
     ErrorCode.TOPIC_AUTHORIZATION_FAILED: "the cluster's ACLs do not allow this on the topic",
     ErrorCode.GROUP_AUTHORIZATION_FAILED: "the cluster's ACLs do not allow this on the group",
+    ErrorCode.ILLEGAL_SASL_STATE: (
+        "the listener wants a SASL login first: --command-config FILE with "
+        "security.protocol=SASL_PLAINTEXT (or SASL_SSL), sasl.mechanism, sasl.username, "
+        "sasl.password"
+    ),
     ErrorCode.UNSUPPORTED_VERSION: "the broker runs a ketch version this command does not speak",
     ErrorCode.THROTTLING_QUOTA_EXCEEDED: "a quota was hit; try again later",
 }
@@ -116,6 +122,11 @@ def describe_error(exc: BaseException, bootstrap: Sequence[Address] | None) -> s
         return f"no answer from {where} in time: {exc}; see `ketch cluster status`"
     if isinstance(exc, DeliveryTimeoutError):
         return _describe_timeout(exc, where)
+    if isinstance(exc, SaslAuthenticationError):
+        return (
+            f"authentication failed: {exc}; check sasl.mechanism, sasl.username and "
+            "sasl.password in --command-config"
+        )
     if isinstance(exc, AuthenticationError):
         return (
             f"authentication failed: {exc}; is the cluster secret this cluster's "

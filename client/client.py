@@ -26,7 +26,8 @@ What it adds on top of one `BrokerConnection` per broker (see client_connection.
   and refreshes metadata first when the error calls for it.
 * Cluster credential. With `credential=` every connection proves it before its first request
   (SaslHandshake + two SaslAuthenticate rounds, see runtime/net/auth.py), so brokers and the
-  controller can reuse this client for control-plane requests.
+  controller can reuse this client for control-plane requests. With `authenticator=` instead,
+  every connection logs in as a user first (SASL PLAIN / SCRAM, client/sasl.py).
 * Shutdown. `close()` closes every connection, failing whatever is pending with
   `ClientClosedError`; when it returns no task of the client is left.
 
@@ -109,7 +110,10 @@ class Client:
         credential: bytes | None = None,
         seed: int = 0,
         reach_timeout_ms: float = 0,
+        authenticator: Authenticator | None = None,
     ) -> None:
+        """`authenticator` runs on each fresh connection instead of the cluster credential's
+        exchange: a user's SASL login (client/sasl.py's `sasl_authenticator`)."""
         if not bootstrap:
             raise ValueError("the client needs at least one bootstrap address")
         if reach_timeout_ms < 0:
@@ -121,7 +125,9 @@ class Client:
         self.client_id = client_id
         self.config = config or ClientConfig()
         self._rng = random.Random(seed)
-        self._authenticator = _credential_authenticator(credential) if credential else None
+        if credential is not None and authenticator is not None:
+            raise ValueError("a client proves the cluster credential or logs in, not both")
+        self._authenticator = _credential_authenticator(credential) if credential else authenticator
         if credential is not None:
             auth.derive_key(credential)  # reject a too-short secret now, not on first connect
         self.metadata = MetadataCache(

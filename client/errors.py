@@ -46,6 +46,11 @@ class AuthenticationError(ClientError):
     """The broker rejected the cluster credential; retrying with the same secret cannot help."""
 
 
+class SaslAuthenticationError(AuthenticationError):
+    """The broker refused a user's SASL login (client/sasl.py): a wrong password, an unknown
+    user, a mechanism it does not enable. The message is the broker's; a retry fails alike."""
+
+
 class UnknownBrokerError(ClientError):
     """A request addressed a node id the metadata does not list (it left, or metadata is old)."""
 

@@ -44,9 +44,15 @@ Exit codes of `main`: 0 when the topic was compacted (staged, or installed) or t
 to compact; 1 when compaction was refused (running broker, topic not compacted, record without
 a key, damaged segment, unfinished swap); 2 on usage or runtime errors.
 
-Topic settings: Kafka's defaults, then ``topic-configs.json`` in the data dir's parent, then
-``--config k=v`` flags (cleanup.policy, min.compaction.lag.ms, delete.retention.ms,
-segment.bytes, ...). The driver and each task own what they build; no state is shared.
+Running brokers compact their compacted topics themselves (`runtime.log.cleaner`, the same
+per-partition rewrite this job's tasks run, `runtime.log.cleaner.write`); this job is for a
+stopped broker's log dir or a copy of one.
+
+Topic settings: Kafka's defaults, then the cluster controller's metadata log beside the data dir
+(what a `ketch up` cluster's topics were created or altered with), then ``topic-configs.json``
+in the data dir's parent, then ``--config k=v`` flags (cleanup.policy, min.compaction.lag.ms,
+delete.retention.ms, segment.bytes, ...). The driver and each task own what they build; no state
+is shared.
 """
 
 from __future__ import annotations
@@ -237,7 +243,8 @@ def check_compactable(
     if not config.compact:
         raise CompactError(
             f"topic {topic} has cleanup.policy={config.cleanup_policy}; compaction needs "
-            "compact (set it in topic-configs.json or pass --config cleanup.policy=compact)"
+            f"compact (ketch topic alter {topic} --config cleanup.policy=compact on the cluster, "
+            "or pass --config cleanup.policy=compact)"
         )
     if install:
         with hold_log_dir_lock(data_dir):

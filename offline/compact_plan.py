@@ -20,25 +20,34 @@ removes.
 Empty segments at the end of that prefix are left out, so the last planned segment ends with a
 batch (the install's swap range depends on that, see `offline.compact_install`).
 
-Topic settings come from Kafka's defaults, overridden by ``topic-configs.json`` in the data
-dir's parent (``{"<topic>": {"cleanup.policy": "compact", ...}}``), overridden by explicit
-``--config k=v`` values. Everything here is a plain value owned by the caller; no state is shared.
+Topic settings come from Kafka's defaults, overridden by what the cluster's controller recorded
+for the topic (its metadata log beside the data dir, `offline.cluster_metadata`), by
+``topic-configs.json`` in the data dir's parent (``{"<topic>": {"cleanup.policy": "compact",
+...}}``), and by explicit ``--config k=v`` values. `CompactError`, `SourceSegment` and
+`read_source_segment` live in `runtime.log.cleaner.source` (the brokers' live cleaner uses them
+too) and are re-exported here. Everything here is a plain value owned by the caller; no state is
+shared.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from offline.compact_txn import TransactionScan, read_control_type
+from offline.cluster_metadata import cluster_topic_configs
 from runtime.log.checkpoints import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
+from runtime.log.cleaner.source import (
+    NO_TIMESTAMP,
+    CompactError,
+    SourceSegment,
+    read_source_segment,
+)
+from runtime.log.cleaner.txn import TransactionScan
 from runtime.log.config import LogConfig
 from runtime.log.errors import CorruptCheckpointError
-from runtime.log.file_batches import FileBatches
 from runtime.log.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -49,14 +58,22 @@ from runtime.log.segment import (
 from runtime.properties import config_from_properties
 from wire.topic import TopicPartition
 
+__all__ = [
+    "NO_TIMESTAMP",
+    "CompactConfig",
+    "CompactError",
+    "PartitionPlan",
+    "SourceSegment",
+    "plan_partition",
+    "plan_topic",
+    "read_source_segment",
+    "read_topic_configs",
+    "resolve_config",
+]
+
 TOPIC_CONFIGS_FILE: Final = "topic-configs.json"
 DEFAULT_DELETE_RETENTION_MS: Final = 86_400_000  # Kafka's delete.retention.ms: one day
 DEFAULT_MIN_COMPACTION_LAG_MS: Final = 0
-NO_TIMESTAMP: Final = -1
-
-
-class CompactError(Exception):
-    """A compaction that must not proceed (bad input, refused install); the message says why."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +109,21 @@ class CompactConfig:
 
 
 def read_topic_configs(data_dir: Path) -> dict[str, dict[str, object]]:
+    """Every topic's settings known near the data dir: the cluster controller's metadata log
+    beside it (`offline.cluster_metadata`: what a `ketch up` cluster's topics were created or
+    altered with), overridden per topic by ``topic-configs.json`` from the data dir's parent."""
+    try:
+        known: dict[str, dict[str, object]] = {
+            topic: dict(settings) for topic, settings in cluster_topic_configs([data_dir]).items()
+        }
+    except (OSError, ValueError) as exc:
+        raise CompactError(f"cannot read the cluster's topic configs: {exc}") from None
+    for topic, settings in _topic_configs_file(data_dir).items():
+        known[topic] = {**known.get(topic, {}), **settings}
+    return known
+
+
+def _topic_configs_file(data_dir: Path) -> dict[str, dict[str, object]]:
     """``topic-configs.json`` from the data dir's parent; empty when absent."""
     path = data_dir.resolve().parent / TOPIC_CONFIGS_FILE
     try:
@@ -116,16 +148,6 @@ def resolve_config(
         return CompactConfig.from_properties(props)
     except ValueError as exc:
         raise CompactError(f"topic {topic}: {exc}") from None
-
-
-@dataclass(frozen=True, slots=True)
-class SourceSegment:
-    """One existing segment: base offset, size, next offset and largest timestamp."""
-
-    base_offset: int
-    size_bytes: int
-    next_offset: int
-    largest_timestamp: int  # largest batch max timestamp, else the file's mtime
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,34 +178,6 @@ class PartitionPlan:
     @property
     def source_bytes(self) -> int:
         return sum(s.size_bytes for s in self.sources)
-
-
-def read_source_segment(log_path: Path, txns: TransactionScan | None = None) -> SourceSegment:
-    """Scan the batch headers of a `.log` file, feeding them to `txns` (with the control record
-    of each control batch); raises CompactError on a damaged file."""
-    base = offset_from_file_name(log_path.name)
-    fd = os.open(log_path, os.O_RDONLY)
-    try:
-        stat = os.fstat(fd)
-        scan = FileBatches(fd, 0, stat.st_size, validate=False)
-        next_offset, max_ts = base, NO_TIMESTAMP
-        for position, header, _ in scan:
-            next_offset = header.next_offset
-            max_ts = max(max_ts, header.max_timestamp)
-            if txns is not None and header.producer_id >= 0:
-                marker = None
-                if header.is_control:
-                    marker = read_control_type(fd, position, header.size_bytes)
-                txns.add(header, marker)
-        if scan.error is not None:
-            raise CompactError(
-                f"{log_path}: {scan.error} at byte {scan.error_position}; run `ketch verify` "
-                "and let the broker recover the log before compacting"
-            )
-    finally:
-        os.close(fd)
-    largest = max_ts if max_ts >= 0 else stat.st_mtime_ns // 1_000_000
-    return SourceSegment(base, stat.st_size, next_offset, largest)
 
 
 def _check_no_unfinished_swap(directory: Path) -> None:

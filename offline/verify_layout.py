@@ -2,9 +2,11 @@
 
 The driver reads the small files only: each log dir's checkpoints (HWs, recovery points, log
 start offsets) and clean-shutdown marker, each partition's leader-epoch-checkpoint, and the
-topic configs (``topic-configs.json``) that say which topics are compacted. A dir without the
-clean-shutdown marker is checked only below each log's recovery point (its `Replica.limit`). A
-checkpoint that does not parse becomes a ``checkpoint_unreadable`` finding, not an error.
+topic configs that say which topics are compacted: the cluster controller's metadata log beside
+the data dirs (`offline.cluster_metadata`, a `ketch up` cluster's), then ``topic-configs.json``.
+A dir without the clean-shutdown marker is checked only below each log's recovery point (its
+`Replica.limit`). A checkpoint that does not parse becomes a ``checkpoint_unreadable`` finding,
+not an error.
 
 Plain values built once per run: nothing shared, no locks.
 """
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from offline.checkpoint_tables import read_leader_epochs
+from offline.cluster_metadata import cluster_topic_configs
 from offline.data_dirs import broker_dirs_of, partition_dirs_of
 from offline.verify_checks import NO_LIMIT, Finding
 from runtime.log.checkpoints import (
@@ -84,10 +87,12 @@ def read_layout(data_dirs: Sequence[str], extra_compacted: Iterable[str] = ()) -
         brokers.extend(found)
         # The cluster data dir holds the file; a broker log dir given alone finds its parent's.
         config_dirs.extend({Path(data_dir).resolve(), *(b.parent for b in found)})
+    configs: dict[str, dict[str, Any]] = dict(cluster_topic_configs(sorted(set(config_dirs))))
     for config_dir in sorted(set(config_dirs)):
-        for topic, config in read_topic_configs(config_dir).items():
-            if "compact" in str(config.get("cleanup.policy", "")):
-                compacted.add(topic)
+        configs.update(read_topic_configs(config_dir))
+    for topic, config in configs.items():
+        if "compact" in str(config.get("cleanup.policy", "")):
+            compacted.add(topic)
     replicas: list[Replica] = []
     epochs: list[tuple[str, str, int, int, int]] = []
     partial: list[str] = []

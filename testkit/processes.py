@@ -284,7 +284,11 @@ class ProcessCluster:
             parts.append(f"===== {name} =====\n{text[-_LOG_TAIL_CHARS:]}")
         return "\n".join(parts)
 
-    def client(self, broker_ids: Sequence[int] | None = None) -> Client:
+    def client(
+        self, broker_ids: Sequence[int] | None = None, *, credential: bool = False
+    ) -> Client:
+        """A client of the brokers' native listeners; with `credential` it proves the cluster
+        secret (a cluster member: past ACLs and a SASL native listener, as an admin tool)."""
         ids = list(self.addresses) if broker_ids is None else list(broker_ids)
         return Client(
             [self.addresses[b] for b in ids],
@@ -292,6 +296,7 @@ class ProcessCluster:
             clock=SystemClock(),
             config=POLL_CLIENT_CONFIG,
             client_id="process-cluster",
+            credential=self.layout.secret_file.read_bytes().strip() if credential else None,
         )
 
     def start_network(self) -> None:
@@ -320,7 +325,8 @@ class ProcessCluster:
         Fails at once, with the logs, when the controller or one of those brokers exits."""
         wanted = set(broker_ids)
         expected = [self.controller, *(self.broker(b) for b in sorted(wanted))]
-        client = self.client()
+        # As an admin tool: ACLs or SASL on the native listener refuse an anonymous poll.
+        client = self.client(credential=True)
         try:
 
             async def registered() -> bool:

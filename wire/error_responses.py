@@ -8,9 +8,10 @@ broker's controller forwarder for a forward that could not be delivered). A requ
 per-partition shape gets the top-level `error_code` (and `error_message` where it has one).
 
 DescribeTransactions has no partitions but is answered per transactional id, DeleteGroups per
-group and IncrementalAlterConfigs per resource, as Kafka's `getErrorResponse` does: their Kafka
-responses have no top-level error code, so a code only there would reach a Kafka client as
-"nothing described", "nothing deleted" or "altered".
+group, IncrementalAlterConfigs per resource, AlterClientQuotas per entity and
+AlterUserScramCredentials per user, as Kafka's
+`getErrorResponse` does: their Kafka responses have no top-level error code, so a code only
+there would reach a Kafka client as "nothing described", "nothing deleted" or "altered".
 """
 
 from __future__ import annotations
@@ -26,7 +27,12 @@ from wire.messages import (
     AddPartitionsToTxnResponse,
     AddPartitionsToTxnResult,
     AddPartitionsToTxnTopicResult,
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
     AlterConfigsResourceResponse,
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
+    AlterUserScramCredentialsResult,
     CreatableTopicResult,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
@@ -82,6 +88,7 @@ from wire.messages import (
     WriteTxnMarkersRequest,
     WriteTxnMarkersResponse,
 )
+from wire.messages.quotas import AlterClientQuotasEntryResult
 
 
 def error_response(request: Request, code: ErrorCode, message: str | None = None) -> Response:
@@ -312,6 +319,26 @@ def _delete_groups(request: Any, code: ErrorCode, message: str | None) -> Respon
     )
 
 
+def _alter_user_scram_credentials(request: Any, code: ErrorCode, message: str | None) -> Response:
+    users = [d.name for d in request.deletions] + [u.name for u in request.upsertions]
+    return AlterUserScramCredentialsResponse(
+        results=[
+            AlterUserScramCredentialsResult(user=user, error_code=code, error_message=message)
+            for user in dict.fromkeys(users)
+        ]
+    )
+
+
+def _alter_client_quotas(request: Any, code: ErrorCode, message: str | None) -> Response:
+    # Per entity: Kafka's AlterClientQuotasResponse has no top-level error code.
+    return AlterClientQuotasResponse(
+        entries=[
+            AlterClientQuotasEntryResult(error_code=code, error_message=message, entity=e.entity)
+            for e in request.entries
+        ]
+    )
+
+
 _BUILDERS: Final[dict[type[Request], Callable[[Any, ErrorCode, str | None], Response]]] = {
     ProduceRequest: _produce,
     FetchRequest: _fetch,
@@ -329,4 +356,6 @@ _BUILDERS: Final[dict[type[Request], Callable[[Any, ErrorCode, str | None], Resp
     DescribeProducersRequest: _describe_producers,
     DescribeTransactionsRequest: _describe_transactions,
     DeleteGroupsRequest: _delete_groups,
+    AlterUserScramCredentialsRequest: _alter_user_scram_credentials,
+    AlterClientQuotasRequest: _alter_client_quotas,
 }

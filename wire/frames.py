@@ -155,6 +155,14 @@ class FrameDecoder:
     def max_frame_bytes(self) -> int:
         return self._max_frame_bytes
 
+    @max_frame_bytes.setter
+    def max_frame_bytes(self, value: int) -> None:
+        # A connection's limit may change between frames (the Kafka listener's
+        # sasl.server.max.receive.size holds only until the client has authenticated).
+        if not 0 <= value <= _MAX_INT32:
+            raise ValueError(f"max_frame_bytes must be in [0, 2**31-1], got {value}")
+        self._max_frame_bytes = value
+
     @property
     def buffered_bytes(self) -> int:
         """Bytes received but not yet returned as part of a frame."""

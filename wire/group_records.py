@@ -27,6 +27,9 @@ read too, since newer Kafka brokers write it.
 
 A group belongs to partition `(hash & 0x7fffffff) % partitions` of the topic, with Java's
 String.hashCode, so ketch and Kafka place a group alike.
+
+Key versions 3 to 8 are the records of consumer groups of the new protocol (KIP-848): this
+module dispatches them to wire/consumer_group_records.py, which says their layouts.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from wire import consumer_group_records as cgr
 from wire.batch_builder import build_batch
 from wire.field_reader import FieldReader
 from wire.record_reader import iter_records
@@ -127,8 +131,10 @@ class GroupValue:
     members: tuple[MemberValue, ...] = ()
 
 
-Key = OffsetKey | GroupKey
-Value = OffsetValue | GroupValue
+# Consumer groups of the new protocol (KIP-848) have key versions 3..8 of their own
+# (wire/consumer_group_records.py).
+Key = OffsetKey | GroupKey | cgr.ConsumerGroupKey
+Value = OffsetValue | GroupValue | cgr.ConsumerGroupValue
 
 
 class _Writer:
@@ -192,6 +198,8 @@ class _Reader(FieldReader):
 
 
 def encode_key(key: Key) -> bytes:
+    if isinstance(key, cgr.ConsumerGroupKey):
+        return cgr.encode_key(key)
     writer = _Writer()
     if isinstance(key, OffsetKey):
         writer.i16(OFFSET_KEY_VERSION)
@@ -211,6 +219,8 @@ def decode_key(data: bytes) -> Key:
         key: Key = OffsetKey(reader.text(), reader.text(), reader.i32())
     elif version == GROUP_KEY_VERSION:
         key = GroupKey(reader.text())
+    elif version in cgr.KEY_VERSIONS:
+        return cgr.decode_key(data)
     else:
         raise GroupRecordError(f"offsets-topic key version {version} is unknown")
     reader.end()
@@ -325,6 +335,8 @@ def decode_value(key: Key, data: bytes | None) -> Value | None:
         return None
     if isinstance(key, OffsetKey):
         return decode_offset_value(data)
+    if isinstance(key, cgr.ConsumerGroupKey):
+        return cgr.decode_value(key, data)
     return decode_group_value(data)
 
 
@@ -333,7 +345,9 @@ def encode_value(value: Value | None) -> bytes | None:
         return None
     if isinstance(value, OffsetValue):
         return encode_offset_value(value)
-    return encode_group_value(value)
+    if isinstance(value, GroupValue):
+        return encode_group_value(value)
+    return cgr.encode_value(value)
 
 
 # -- batches ---------------------------------------------------------------------------------------

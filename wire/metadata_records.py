@@ -154,6 +154,69 @@ class ProducerIdsRecord:
     next_producer_id: int
 
 
+@dataclass(frozen=True, slots=True)
+class AccessControlEntryRecord:
+    """An ACL (KRaft's AccessControlEntryRecord): a resource pattern and an access control
+    entry, with Kafka's ids for the types (actors/acl/bindings.py). `id` (16 bytes, a Uuid)
+    names it for its RemoveAccessControlEntryRecord."""
+
+    TYPE: ClassVar[str] = "access_control_entry"
+    id: bytes
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveAccessControlEntryRecord:
+    """The ACL `id` is deleted (DeleteAcls)."""
+
+    TYPE: ClassVar[str] = "remove_access_control_entry"
+    id: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class UserScramCredentialRecord:
+    """A user's SCRAM credential for one mechanism (KRaft's UserScramCredentialRecord):
+    `mechanism` is Kafka's type code (1 SCRAM-SHA-256, 2 SCRAM-SHA-512). Never the password
+    nor the salted password: StoredKey and ServerKey are all a server needs (runtime/net/scram.py).
+    Replaces the user's earlier credential for the mechanism."""
+
+    TYPE: ClassVar[str] = "user_scram_credential"
+    name: str
+    mechanism: int
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveUserScramCredentialRecord:
+    """The user's credential for `mechanism` is deleted (AlterUserScramCredentials)."""
+
+    TYPE: ClassVar[str] = "remove_user_scram_credential"
+    name: str
+    mechanism: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClientQuotaRecord:
+    """One quota value of one entity set or removed (KRaft's ClientQuotaRecord, AlterClientQuotas):
+    `entity` is its (entity type, name) components (`user`, `client-id`; name None for
+    `<default>`), sorted by type; `value` is ignored when `remove`."""
+
+    TYPE: ClassVar[str] = "client_quota"
+    entity: tuple[tuple[str, str | None], ...]
+    key: str
+    value: float
+    remove: bool = False
+
+
 Record: TypeAlias = (
     ControllerEpochRecord
     | ClusterIdRecord
@@ -166,6 +229,11 @@ Record: TypeAlias = (
     | TopicDeletionRecord
     | RemoveTopicRecord
     | ProducerIdsRecord
+    | AccessControlEntryRecord
+    | RemoveAccessControlEntryRecord
+    | UserScramCredentialRecord
+    | RemoveUserScramCredentialRecord
+    | ClientQuotaRecord
 )
 RECORD_TYPES: Final[tuple[type[Record], ...]] = (
     ControllerEpochRecord,
@@ -179,6 +247,11 @@ RECORD_TYPES: Final[tuple[type[Record], ...]] = (
     TopicDeletionRecord,
     RemoveTopicRecord,
     ProducerIdsRecord,
+    AccessControlEntryRecord,
+    RemoveAccessControlEntryRecord,
+    UserScramCredentialRecord,
+    RemoveUserScramCredentialRecord,
+    ClientQuotaRecord,
 )
 _BY_TYPE: Final[Mapping[str, type[Record]]] = {cls.TYPE: cls for cls in RECORD_TYPES}
 
@@ -238,6 +311,22 @@ def _decode_configs(value: Any) -> dict[str, str]:
     return {_decode_str(k): _decode_str(v) for k, v in items}
 
 
+def _decode_float(value: Any) -> float:
+    # msgpack keeps a float a float; an int is taken too (a whole value written by hand).
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"expected float field, got {value!r}")
+    return float(value)
+
+
+def _decode_quota_entity(value: Any) -> tuple[tuple[str, str | None], ...]:
+    components = []
+    for item in _expect(value, (list, tuple), "quota entity"):
+        if len(_expect(item, (list, tuple), "quota entity component")) != 2:
+            raise ValueError(f"quota entity component {item!r} is not [type, name]")
+        components.append((_decode_str(item[0]), _decode_optional_str(item[1])))
+    return tuple(components)
+
+
 def _same(value: Any) -> Any:
     return value
 
@@ -266,6 +355,23 @@ _CODECS: Final[Mapping[str, _Codec]] = {
     "leader_epoch": (_same, _decode_int),
     "partition_epoch": (_same, _decode_int),
     "next_producer_id": (_same, _decode_int),
+    "id": (_same, _decode_bytes),
+    "resource_type": (_same, _decode_int),
+    "resource_name": (_same, _decode_str),
+    "pattern_type": (_same, _decode_int),
+    "principal": (_same, _decode_str),
+    "host": (_same, _decode_str),
+    "operation": (_same, _decode_int),
+    "permission_type": (_same, _decode_int),
+    "mechanism": (_same, _decode_int),
+    "salt": (_same, _decode_bytes),
+    "stored_key": (_same, _decode_bytes),
+    "server_key": (_same, _decode_bytes),
+    "iterations": (_same, _decode_int),
+    "entity": (_as_list, _decode_quota_entity),
+    "key": (_same, _decode_str),
+    "value": (_same, _decode_float),
+    "remove": (_same, _decode_bool),
 }
 
 

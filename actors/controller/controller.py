@@ -34,6 +34,9 @@ managers split its controller —
     partition_creation.py  CreatePartitions: more partitions for a topic
     alter_configs.py   IncrementalAlterConfigs: a topic's config overrides changed in place
     producer_ids.py    AllocateProducerIds (KIP-730)
+    acls.py            CreateAcls / DeleteAcls: the ACLs in the metadata log
+    client_quotas.py   AlterClientQuotas: the client quotas in the metadata log
+    scram_credentials.py  AlterUserScramCredentials: SCRAM credentials in the metadata log
     outbox.py          request sending (requests.py builds the per-partition states)
 
 They are functions of the actor's state, gathered in one `ControllerContext`
@@ -67,13 +70,16 @@ import logging
 import random
 
 from actors.controller import (
+    acls,
     alter_configs,
     alter_partition,
+    client_quotas,
     elections,
     liveness,
     partition_creation,
     producer_ids,
     replica_failure,
+    scram_credentials,
     shutdown,
     topic_creation,
     topic_deletion,
@@ -121,12 +127,16 @@ from runtime.actor import (
 from runtime.clock import Clock
 from wire.messages import (
     AllocateProducerIdsResponse,
+    AlterClientQuotasResponse,
     AlterPartitionResponse,
+    AlterUserScramCredentialsResponse,
     BrokerHeartbeatResponse,
     BrokerRegistrationResponse,
     ControlledShutdownResponse,
+    CreateAclsResponse,
     CreatePartitionsResponse,
     CreateTopicsResponse,
+    DeleteAclsResponse,
     DeleteTopicsResponse,
     IncrementalAlterConfigsResponse,
 )
@@ -343,6 +353,32 @@ class ControllerActor(Actor):
     @handles(RetryReplicaDeletion)
     async def _retry_replica_deletion(self, message: RetryReplicaDeletion) -> None:
         await topic_deletion.retry_replica_deletion(self._ctx, message)
+
+    # -- ACLs (acls.py) ---------------------------------------------------------------------------
+
+    @handles(acls.CreateAcls)
+    async def _create_acls(self, message: acls.CreateAcls) -> CreateAclsResponse:
+        return await acls.create_acls(self._ctx, message.request)
+
+    @handles(acls.DeleteAcls)
+    async def _delete_acls(self, message: acls.DeleteAcls) -> DeleteAclsResponse:
+        return await acls.delete_acls(self._ctx, message.request)
+
+    # -- SCRAM credentials (scram_credentials.py) -------------------------------------------------
+
+    @handles(scram_credentials.AlterUserScramCredentials)
+    async def _alter_user_scram_credentials(
+        self, message: scram_credentials.AlterUserScramCredentials
+    ) -> AlterUserScramCredentialsResponse:
+        return await scram_credentials.alter_user_scram_credentials(self._ctx, message.request)
+
+    # -- client quotas (client_quotas.py) --------------------------------------------------------
+
+    @handles(client_quotas.AlterClientQuotas)
+    async def _alter_client_quotas(
+        self, message: client_quotas.AlterClientQuotas
+    ) -> AlterClientQuotasResponse:
+        return await client_quotas.alter_client_quotas(self._ctx, message.request)
 
     # -- status -----------------------------------------------------------------------------------
 

@@ -2,11 +2,11 @@
 
 Everything the controller must remember across a restart — the cluster id, its epoch, the
 registered brokers, the topics and their config overrides, every partition's assignment,
-leader, ISR and epochs, the deletions under way, and where the next block of producer ids
-starts — is written as a record before it is acted on (the znodes of Kafka's ZooKeeper
-controller, the metadata records of KRaft). Replaying the records in order rebuilds an equal
-`ControllerModel`, and `snapshot()` condenses a model into the few records that rebuild it, so
-the log can be cut.
+leader, ISR and epochs, the deletions under way, where the next block of producer ids starts,
+the ACLs and the client quotas — is written as a record before it is acted on (the znodes of
+Kafka's ZooKeeper controller, the metadata records of KRaft). Replaying the records in order
+rebuilds an equal `ControllerModel`, and `snapshot()` condenses a model into the few records that
+rebuild it, so the log can be cut.
 
 The records and their codec are formats, so they live in wire/metadata_records.py.
 
@@ -33,6 +33,8 @@ from actors.controller.election import topics_collide, validate_topic_name
 from actors.views import NO_LEADER
 from wire.errors import ErrorCode
 from wire.metadata_records import (
+    AccessControlEntryRecord,
+    ClientQuotaRecord,
     ClusterIdRecord,
     ControllerEpochRecord,
     Endpoint,
@@ -41,17 +43,21 @@ from wire.metadata_records import (
     ProducerIdsRecord,
     Record,
     RegisterBrokerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     TopicConfigsRecord,
     TopicDeletionRecord,
     TopicRecord,
     UnfenceBrokerRecord,
+    UserScramCredentialRecord,
 )
 from wire.topic import TopicPartition, uuid_text
 
 TOPIC_ID_BYTES: Final = 16
 PRODUCER_ID_BLOCK_SIZE: Final = 1_000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
 MAX_PRODUCER_ID: Final = 2**63 - 1  # producer ids are Kafka int64s
+QuotaEntityKey = tuple[tuple[str, str | None], ...]  # ClientQuotaRecord.entity
 
 
 # ---------------------------------------------------------------------------------------------
@@ -89,6 +95,12 @@ class ControllerModel:
         # Insertion-ordered, so deletions resume in the order they were asked for.
         self._deleting: dict[bytes, None] = {}
         self._producer_ids: ProducerIdsRecord | None = None  # the newest block handed out
+        # ACLs by id, in creation order (a snapshot writes them back in it).
+        self._acls: dict[bytes, AccessControlEntryRecord] = {}
+        # SCRAM credentials by (user, mechanism type code); no passwords (wire/metadata_records).
+        self._scram: dict[tuple[str, int], UserScramCredentialRecord] = {}
+        # Client quotas: entity (its sorted components) -> key -> value (AlterClientQuotas).
+        self._client_quotas: dict[QuotaEntityKey, dict[str, float]] = {}
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ControllerModel):
@@ -113,6 +125,9 @@ class ControllerModel:
             self._partitions,
             list(self._deleting),
             self._producer_ids,
+            list(self._acls.values()),
+            self._scram,
+            self._client_quotas,
         )
 
     # -- applying records ------------------------------------------------------------------
@@ -141,6 +156,19 @@ class ControllerModel:
                 self._apply_remove_topic(record)
             case ProducerIdsRecord():
                 self._apply_producer_ids(record)
+            case AccessControlEntryRecord():
+                assert record.id not in self._acls, f"ACL id in use: {record}"
+                self._acls[record.id] = record
+            case RemoveAccessControlEntryRecord():
+                removed = self._acls.pop(record.id, None)
+                assert removed is not None, f"unknown ACL: {record}"
+            case UserScramCredentialRecord():
+                self._scram[(record.name, record.mechanism)] = record
+            case RemoveUserScramCredentialRecord():
+                gone = self._scram.pop((record.name, record.mechanism), None)
+                assert gone is not None, f"unknown SCRAM credential: {record}"
+            case ClientQuotaRecord():
+                self._apply_client_quota(record)
             case _:
                 assert_never(record)
 
@@ -257,6 +285,13 @@ class ControllerModel:
         records.extend(TopicDeletionRecord(topic_id) for topic_id in self._deleting)
         if self._producer_ids is not None:
             records.append(self._producer_ids)
+        records.extend(self._acls.values())
+        records.extend(self._scram.values())
+        records.extend(
+            ClientQuotaRecord(entity, key, value)
+            for entity, values in self._client_quotas.items()
+            for key, value in values.items()
+        )
         return records
 
     # -- queries ---------------------------------------------------------------------------
@@ -277,6 +312,30 @@ class ControllerModel:
     def next_producer_id(self) -> int:
         """The first producer id not yet handed out in any block."""
         return 0 if self._producer_ids is None else self._producer_ids.next_producer_id
+
+    def scram_credentials(self) -> list[UserScramCredentialRecord]:
+        """Every SCRAM credential, by user name, then mechanism."""
+        return [self._scram[key] for key in sorted(self._scram)]
+
+    def scram_credential(self, name: str, mechanism: int) -> UserScramCredentialRecord | None:
+        return self._scram.get((name, mechanism))
+
+    def client_quotas(self) -> dict[QuotaEntityKey, dict[str, float]]:
+        """Every client quota entity with its values (a copy)."""
+        return {entity: dict(values) for entity, values in self._client_quotas.items()}
+
+    def _apply_client_quota(self, record: ClientQuotaRecord) -> None:
+        values = self._client_quotas.setdefault(record.entity, {})
+        if record.remove:
+            values.pop(record.key, None)
+        else:
+            values[record.key] = record.value
+        if not values:
+            del self._client_quotas[record.entity]  # an entity with no quota left is gone
+
+    def acls(self) -> list[AccessControlEntryRecord]:
+        """Every ACL, in creation order."""
+        return list(self._acls.values())
 
     def broker(self, broker_id: int) -> BrokerRegistration | None:
         return self._brokers.get(broker_id)

@@ -36,10 +36,13 @@ from actors.controller.journal import Change
 from actors.controller.messages import LeaderAndIsrDone, StopReplicaDone
 from actors.controller.model import ControllerModel
 from actors.controller.requests import (
+    acl_entries,
+    client_quota_entries,
     leader_and_isr_state,
     live_broker_entries,
     live_leaders,
     native_address,
+    scram_credential_entries,
     topic_configs,
     update_metadata_state,
 )
@@ -85,6 +88,15 @@ class Outbox:
     full_leader_and_isr: set[int] = field(default_factory=set)
     metadata: set[TopicPartition] = field(default_factory=set)
     metadata_everything: bool = False
+    # Every ACL to every live broker (the ACLs changed); an UpdateMetadata of everything
+    # carries them too, so a broker that registers gets them.
+    acls: bool = False
+    # Every SCRAM credential to every live broker (they changed); an UpdateMetadata of
+    # everything carries them too, so a broker that registers gets them.
+    scram_credentials: bool = False
+    # Every client quota to every live broker (they changed); likewise carried by an
+    # UpdateMetadata of everything.
+    client_quotas: bool = False
     stop_replica: dict[int, dict[TopicPartition, bool]] = field(default_factory=dict)
 
     def lead_or_follow(
@@ -161,7 +173,13 @@ class RequestSender:
     def flush(self, outbox: Outbox) -> None:
         live = self._sessions.live()
         self._send_leader_and_isr(outbox, live)
-        if outbox.metadata_everything or outbox.metadata:
+        if (
+            outbox.metadata_everything
+            or outbox.metadata
+            or outbox.acls
+            or outbox.scram_credentials
+            or outbox.client_quotas
+        ):
             self._send_update_metadata(outbox, live)
         self._send_stop_replica(outbox, live)
 
@@ -204,6 +222,17 @@ class RequestSender:
         ]
         brokers = live_broker_entries(model, live, self._sessions.shutting_down())
         configs = topic_configs(model, (s.topic_name for s in states))
+        acls = acl_entries(model) if outbox.acls or outbox.metadata_everything else None
+        scram = (
+            scram_credential_entries(model)
+            if outbox.scram_credentials or outbox.metadata_everything
+            else None
+        )
+        quotas = (
+            client_quota_entries(model)
+            if outbox.client_quotas or outbox.metadata_everything
+            else None
+        )
         for broker_id in sorted(live):
             broker = model.broker(broker_id)
             assert broker is not None, broker_id
@@ -216,6 +245,9 @@ class RequestSender:
                     partition_states=states,
                     live_brokers=brokers,
                     topic_configs=configs,
+                    acls=acls,
+                    scram_credentials=scram,
+                    client_quotas=quotas,
                 ),
             )
 

@@ -19,10 +19,14 @@ from wire.messages import (
     LeaderAndIsrPartitionState,
     TopicConfigEntry,
     TopicConfigs,
+    UpdateMetadataAcl,
     UpdateMetadataBroker,
+    UpdateMetadataClientQuota,
     UpdateMetadataEndpoint,
     UpdateMetadataPartitionState,
+    UpdateMetadataScramCredential,
 )
+from wire.messages.quotas import EntityData, ValueData
 from wire.metadata_records import PartitionRecord
 
 NATIVE_LISTENER = "native"
@@ -122,6 +126,48 @@ def topic_configs(model: ControllerModel, topic_names: Iterable[str]) -> list[To
                 )
             )
     return entries
+
+
+def client_quota_entries(model: ControllerModel) -> list[UpdateMetadataClientQuota]:
+    """Every client quota, for an UpdateMetadata (brokers replace their whole set with it)."""
+    return [
+        UpdateMetadataClientQuota(
+            entity=[EntityData(entity_type=kind, entity_name=name) for kind, name in entity],
+            values=[ValueData(key=key, value=value) for key, value in sorted(values.items())],
+        )
+        for entity, values in sorted(model.client_quotas().items(), key=lambda item: repr(item))
+    ]
+
+
+def acl_entries(model: ControllerModel) -> list[UpdateMetadataAcl]:
+    """Every ACL, for an UpdateMetadata (brokers replace their whole set with it)."""
+    return [
+        UpdateMetadataAcl(
+            resource_type=acl.resource_type,
+            resource_name=acl.resource_name,
+            pattern_type=acl.pattern_type,
+            principal=acl.principal,
+            host=acl.host,
+            operation=acl.operation,
+            permission_type=acl.permission_type,
+        )
+        for acl in model.acls()
+    ]
+
+
+def scram_credential_entries(model: ControllerModel) -> list[UpdateMetadataScramCredential]:
+    """Every SCRAM credential, for an UpdateMetadata (brokers replace their whole set with it)."""
+    return [
+        UpdateMetadataScramCredential(
+            name=c.name,
+            mechanism=c.mechanism,
+            salt=c.salt,
+            stored_key=c.stored_key,
+            server_key=c.server_key,
+            iterations=c.iterations,
+        )
+        for c in model.scram_credentials()
+    ]
 
 
 def native_address(model: ControllerModel, broker_id: int) -> tuple[str, int] | None:

@@ -38,18 +38,41 @@ class GroupCoordinatorConfig:
     offsets_commit_timeout_ms: int = 5_000
     # offsets.load.buffer.size: bytes read per step while loading an offsets partition.
     offsets_load_buffer_size: int = 5_242_880
+    # Consumer groups of the new protocol (KIP-848, ConsumerGroupHeartbeat):
+    # group.consumer.heartbeat.interval.ms: how often members are told to heartbeat.
+    group_consumer_heartbeat_interval_ms: int = 5_000
+    # group.consumer.session.timeout.ms: a member not heard from for this long is removed.
+    group_consumer_session_timeout_ms: int = 45_000
+    # group.consumer.max.size: members per consumer group (GROUP_MAX_SIZE_REACHED beyond).
+    group_consumer_max_size: int = 2_147_483_647
+    # group.consumer.assignors: the server-side assignors by name, comma-separated; the first
+    # is the default (Kafka lists class names; ketch takes the names, `uniform` and `range`).
+    group_consumer_assignors: str = "uniform,range"
 
     def __post_init__(self) -> None:
         for spec in fields(self):
             value = getattr(self, spec.name)
+            if isinstance(value, str):
+                continue
             low = 0 if spec.name == "group_initial_rebalance_delay_ms" else 1
             if value < low:
                 key = spec.name.replace("_", ".")
                 raise ValueError(f"{key} must be >= {low}, got {value}")
+        known = ("uniform", "range")  # actors/group/consumer_assignors.py
+        if not self.consumer_assignors or not set(self.consumer_assignors) <= set(known):
+            raise ValueError(
+                f"group.consumer.assignors must name some of {', '.join(known)}, "
+                f"got {self.group_consumer_assignors!r}"
+            )
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             raise ValueError(
                 "group.min.session.timeout.ms must not exceed group.max.session.timeout.ms"
             )
+
+    @property
+    def consumer_assignors(self) -> tuple[str, ...]:
+        """group.consumer.assignors as names, the default first."""
+        return tuple(n.strip() for n in self.group_consumer_assignors.split(",") if n.strip())
 
     @property
     def offsets_retention_ms(self) -> int:

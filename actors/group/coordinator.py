@@ -13,6 +13,11 @@ moves and go to every shard after them, which drops the groups' offsets of them.
 
 DeleteGroups names groups of any partition: each goes to its group's shard (the groups of one
 shard in one message, so their tombstones are one write), and the shards are asked together.
+
+Consumer groups of the new protocol (KIP-848): ConsumerGroupHeartbeat and ConsumerGroupDescribe
+are routed like the classic APIs (a consumer group lives in its offsets partition's shard too);
+the heartbeat carries the broker's topics (name -> id, partition count) as of its arrival, which
+the shard's assignor works from.
 The empty group id is refused (INVALID_GROUP_ID) before routing, for DeleteGroups and
 OffsetDelete alike (deletion.py says why).
 
@@ -36,6 +41,8 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from actors.group.config import GroupCoordinatorConfig
+from actors.group.consumer_describe import ConsumerDescribe
+from actors.group.consumer_heartbeat import ConsumerHeartbeat, TopicsView
 from actors.group.shard import (
     Beat,
     Commit,
@@ -59,9 +66,14 @@ from runtime.clock import Clock
 from wire.errors import ErrorCode
 from wire.group_records import OFFSETS_TOPIC, partition_for
 from wire.messages import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
     DeletableGroupResult,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
+    DescribedConsumerGroup,
     DescribedGroup,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
@@ -171,6 +183,42 @@ class GroupCoordinator(PartitionRouter[GroupShard]):
             return JoinGroupResponse(
                 error_code=ErrorCode.NOT_COORDINATOR, member_id=request.member_id
             )
+
+    async def consumer_group_heartbeat(
+        self,
+        request: ConsumerGroupHeartbeatRequest,
+        *,
+        client_id: str,
+        client_host: str,
+        topics: TopicsView,
+    ) -> ConsumerGroupHeartbeatResponse:
+        """KIP-848's heartbeat (consumer_heartbeat.py); `topics`: the broker's topics now."""
+        shard = self._shard(request.group_id)
+        if isinstance(shard, ErrorCode):
+            return ConsumerGroupHeartbeatResponse(error_code=shard)
+        try:
+            beat = await shard.ask(ConsumerHeartbeat(request, client_id, client_host, topics))
+            return await shard.settled(beat)
+        except MailboxError:
+            return ConsumerGroupHeartbeatResponse(error_code=ErrorCode.NOT_COORDINATOR)
+
+    async def consumer_group_describe(
+        self, request: ConsumerGroupDescribeRequest
+    ) -> ConsumerGroupDescribeResponse:
+        described = []
+        for group_id in request.group_ids:
+            shard = self._shard(group_id)
+            if isinstance(shard, ErrorCode):
+                described.append(DescribedConsumerGroup(error_code=shard, group_id=group_id))
+                continue
+            try:
+                found = await shard.ask(ConsumerDescribe((group_id,)))
+                described.extend(found)
+            except MailboxError:
+                described.append(
+                    DescribedConsumerGroup(error_code=ErrorCode.NOT_COORDINATOR, group_id=group_id)
+                )
+        return ConsumerGroupDescribeResponse(groups=described)
 
     async def sync_group(self, request: SyncGroupRequest) -> SyncGroupResponse:
         shard = self._shard(request.group_id)
@@ -299,7 +347,9 @@ class GroupCoordinator(PartitionRouter[GroupShard]):
                 code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
                 continue
             try:
-                listed = await shard.ask(ListAll(tuple(request.states_filter)))
+                listed = await shard.ask(
+                    ListAll(tuple(request.states_filter), tuple(request.types_filter))
+                )
                 groups.extend(listed)
             except MailboxError:
                 continue

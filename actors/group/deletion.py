@@ -44,6 +44,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Final
 
+from actors.group import consumer_lifecycle
 from actors.group.messages import TombstonesStored
 from actors.group.metadata import Group, GroupState
 from actors.group.state import Removed, ShardState, settle, store_error
@@ -73,6 +74,11 @@ def delete_groups(
     removed: list[Removed] = []
     order = state.next_write_order()
     for group_id in group_ids:
+        if group_id in state.consumer.groups:  # KIP-848's: its own records go first
+            refusal = consumer_lifecycle.delete_group(state, group_id)
+            if refusal is not None:
+                outcome[group_id] = refusal
+                continue
         refusal = _group_refusal(state, group_id)
         if refusal is not None:
             outcome[group_id] = refusal

@@ -106,6 +106,7 @@ class Describe(Ask[list[DescribedGroup]]):
 @dataclass(frozen=True, slots=True)
 class ListAll(Ask[list[ListedGroup]]):
     states: tuple[str, ...] = ()
+    types: tuple[str, ...] = ()  # "classic", "consumer" (KIP-848); empty: both
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,10 +24,11 @@ import logging
 from collections.abc import Callable
 from typing import Final
 
-from actors.group import membership
+from actors.group import consumer_lifecycle, membership
 from actors.group.messages import OffsetsStored
 from actors.group.metadata import Group, GroupState
 from actors.group.state import ShardState, settle, store_error
+from wire.consumer_group_records import ConsumerGroupKey
 from wire.errors import ErrorCode
 from wire.group_records import (
     GroupKey,
@@ -74,6 +75,9 @@ def load_record(
         else:
             assert isinstance(value, OffsetValue)
             state.commit_offset(key.group, tp, value, offset)
+    elif isinstance(key, ConsumerGroupKey):  # a consumer group's (KIP-848: consumer_group.py)
+        assert value is None or not isinstance(value, OffsetValue | GroupValue)
+        state.consumer.loader.load(key, value)
     else:
         assert value is None or isinstance(value, GroupValue)
         group_values[key.group] = value
@@ -106,7 +110,8 @@ def commit(state: ShardState, request: OffsetCommitRequest) -> asyncio.Future[Of
             _commit_answer(request, lambda _t, _p: ErrorCode.OFFSET_METADATA_TOO_LARGE)
         )
         return answer
-    state.groups.setdefault(request.group_id, Group(request.group_id))
+    if request.group_id not in state.consumer.groups:
+        state.groups.setdefault(request.group_id, Group(request.group_id))
     batch = build_group_batch(
         [(OffsetKey(request.group_id, t, p), value) for (t, p), value in entries],
         timestamp_ms=now,
@@ -125,6 +130,11 @@ def commit(state: ShardState, request: OffsetCommitRequest) -> asyncio.Future[Of
 def _commit_refusal(state: ShardState, request: OffsetCommitRequest) -> ErrorCode | None:
     if not request.group_id:
         return ErrorCode.INVALID_GROUP_ID
+    consumer_group = state.consumer.groups.get(request.group_id)
+    if consumer_group is not None:  # the new protocol's (KIP-848): member epochs are checked
+        return consumer_lifecycle.commit_refusal(
+            consumer_group, request.member_id, request.generation_id_or_member_epoch
+        )
     group = state.groups.get(request.group_id)
     simple = request.generation_id_or_member_epoch < 0 and request.member_id == ""
     if simple:
@@ -158,7 +168,7 @@ def offsets_stored(state: ShardState, message: OffsetsStored) -> None:
     if message.error is ErrorCode.NONE:
         for tp, value in message.offsets:
             state.commit_offset(message.group_id, tp, value, message.order)
-        if message.group_id in state.offsets:
+        if message.group_id in state.offsets and message.group_id not in state.consumer.groups:
             # Deleted (DeleteGroups) while this was written: the offsets that stand bring the
             # group back Empty, as a loading shard rebuilds it from them.
             state.groups.setdefault(message.group_id, Group(message.group_id))
@@ -252,6 +262,17 @@ def expire(state: ShardState) -> None:
     now_wall = state.wall_ms()
     tombstones: list[tuple[Key, Value | None]] = []
     for group_id, offsets in list(state.offsets.items()):
+        consumer_group = state.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            # KIP-848's (Kafka's rule): by commit time, but never a subscribed topic's offset.
+            subscribed = consumer_group.subscription_metadata
+            expired = [
+                tp
+                for tp, value in offsets.items()
+                if tp[0] not in subscribed and value.commit_timestamp + retention <= now_wall
+            ]
+            tombstones.extend(_drop_offsets(state, group_id, expired))
+            continue
         group = state.groups.get(group_id)
         if group is not None and not group.is_in(GroupState.EMPTY):
             continue
@@ -270,6 +291,7 @@ def expire(state: ShardState) -> None:
         tombstones.extend(_drop_offsets(state, group_id, expired))
     tombstones.extend(_forget_empty_groups(state))
     _write_tombstones(state, tombstones, "expired")
+    consumer_lifecycle.forget_empty_groups(state)
 
 
 def remove(state: ShardState, partitions: frozenset[tuple[str, int]]) -> None:

@@ -52,6 +52,11 @@ injected `OffsetsLog.append` with acks=all; their outcome comes back as a messag
 
 Static membership, pending members and the simplifications (KIP-890's verification of
 transactional commits) are said in membership.py and txn_offsets.py.
+
+Consumer groups of the new protocol (KIP-848) live in the same shard, beside the classic ones
+(`ShardState.consumer`): ConsumerGroupHeartbeat (consumer_heartbeat.py), their writes, timers,
+loading, deletion and the other APIs' checks (consumer_lifecycle.py), ConsumerGroupDescribe
+(consumer_describe.py); a group id is of one type at a time.
 """
 
 from __future__ import annotations
@@ -62,8 +67,20 @@ import logging
 from collections.abc import Coroutine
 from typing import Any, Final
 
-from actors.group import deletion, membership, offsets, txn_offsets
+from actors.group import (
+    consumer_describe,
+    consumer_heartbeat,
+    consumer_lifecycle,
+    deletion,
+    membership,
+    offsets,
+    txn_offsets,
+)
 from actors.group.config import GroupCoordinatorConfig
+from actors.group.consumer_describe import ConsumerDescribe
+from actors.group.consumer_group import CONSUMER_PROTOCOL_TYPE, ConsumerGroupState
+from actors.group.consumer_heartbeat import ConsumerHeartbeat
+from actors.group.consumer_lifecycle import ConsumerGroupStored, ConsumerMemberExpired
 from actors.group.messages import (
     Beat,
     Commit,
@@ -95,6 +112,8 @@ from runtime.clock import NS_PER_MS, Alarm, Clock
 from wire.errors import ErrorCode
 from wire.group_records import GroupValue, OffsetValue
 from wire.messages import (
+    ConsumerGroupHeartbeatResponse,
+    DescribedConsumerGroup,
     DescribedGroup,
     DescribedGroupMember,
     HeartbeatResponse,
@@ -111,6 +130,8 @@ from wire.messages import (
 __all__ = [
     "Beat",
     "Commit",
+    "ConsumerDescribe",
+    "ConsumerHeartbeat",
     "DeleteGroups",
     "DeleteOffsets",
     "Describe",
@@ -293,6 +314,7 @@ class GroupShard(Actor):
                     membership.arm_session(state, group, member_id)
         for group_id in (*state.offsets, *state.pending_txn):
             state.groups.setdefault(group_id, Group(group_id))
+        consumer_lifecycle.loaded(state)
         assert end is not None  # set by the first read, which answered
         state.next_order = end  # what this shard writes comes after everything it loaded
         log.info(
@@ -314,21 +336,58 @@ class GroupShard(Actor):
 
     # -- membership (membership.py) --------------------------------------------------------
 
+    # A consumer group (KIP-848) answers the classic requests itself (consumer_lifecycle.py).
+
     @handles(Join)
     def _join(self, message: Join) -> asyncio.Future[JoinGroupResponse]:
+        if code := consumer_lifecycle.classic_join_refusal(self._state, message.request.group_id):
+            refused: asyncio.Future[JoinGroupResponse] = asyncio.get_running_loop().create_future()
+            refused.set_result(
+                JoinGroupResponse(error_code=code, member_id=message.request.member_id)
+            )
+            return refused
         return membership.join(self._state, message)
 
     @handles(Sync)
     def _sync(self, message: Sync) -> asyncio.Future[SyncGroupResponse]:
+        if code := consumer_lifecycle.classic_refusal(self._state, message.request.group_id):
+            refused: asyncio.Future[SyncGroupResponse] = asyncio.get_running_loop().create_future()
+            refused.set_result(SyncGroupResponse(error_code=code))
+            return refused
         return membership.sync(self._state, message.request)
 
     @handles(Beat)
     def _heartbeat(self, message: Beat) -> HeartbeatResponse:
+        if code := consumer_lifecycle.classic_refusal(self._state, message.request.group_id):
+            return HeartbeatResponse(error_code=code)
         return membership.heartbeat(self._state, message.request)
 
     @handles(Leave)
     def _leave(self, message: Leave) -> LeaveGroupResponse:
+        if code := consumer_lifecycle.classic_refusal(self._state, message.request.group_id):
+            return LeaveGroupResponse(error_code=code)
         return membership.leave(self._state, message.request)
+
+    # -- consumer groups of the new protocol (consumer_heartbeat.py, consumer_lifecycle.py,
+    # consumer_describe.py) --------------------------------------------------------------
+
+    @handles(ConsumerHeartbeat)
+    def _consumer_heartbeat(
+        self, message: ConsumerHeartbeat
+    ) -> asyncio.Future[ConsumerGroupHeartbeatResponse]:
+        return consumer_heartbeat.heartbeat(self._state, message)
+
+    @handles(ConsumerGroupStored)
+    def _consumer_group_stored(self, message: ConsumerGroupStored) -> None:
+        consumer_lifecycle.stored(self._state, message)
+
+    @handles(ConsumerMemberExpired)
+    def _consumer_member_expired(self, message: ConsumerMemberExpired) -> None:
+        consumer_lifecycle.member_expired(self._state, message)
+
+    @handles(ConsumerDescribe)
+    def _consumer_describe(self, message: ConsumerDescribe) -> list[DescribedConsumerGroup]:
+        return consumer_describe.describe(self._state, message.group_ids)
 
     @handles(JoinDeadline)
     def _join_deadline(self, message: JoinDeadline) -> None:
@@ -432,13 +491,33 @@ class GroupShard(Actor):
 
     @handles(ListAll)
     def _list(self, message: ListAll) -> list[ListedGroup]:
-        states = states_named(message.states) if message.states else frozenset(GroupState)
-        return [
-            ListedGroup(
-                group_id=g.group_id,
-                protocol_type=g.protocol_type or "",
-                group_state=g.state.value,
-            )
-            for g in self._state.groups.values()
-            if g.state in states
-        ]
+        # A state filter names states of either group type (KIP-848's consumer groups have
+        # Assigning and Reconciling); a name neither type has is refused (ValueError).
+        wanted = {name.lower() for name in message.states}
+        consumer_states = {s.value.lower() for s in ConsumerGroupState}
+        states = states_named(n for n in message.states if n.lower() not in consumer_states)
+        states |= {s for s in GroupState if s.value.lower() in wanted}
+        types = {t.lower() for t in message.types} or {"classic", "consumer"}
+        listed = []
+        if "classic" in types:
+            listed += [
+                ListedGroup(
+                    group_id=g.group_id,
+                    protocol_type=g.protocol_type or "",
+                    group_state=g.state.value,
+                )
+                for g in self._state.groups.values()
+                if not wanted or g.state in states
+            ]
+        if "consumer" in types:
+            listed += [
+                ListedGroup(
+                    group_id=g.group_id,
+                    protocol_type=CONSUMER_PROTOCOL_TYPE,
+                    group_state=g.state.value,
+                    group_type="consumer",
+                )
+                for g in self._state.consumer.groups.values()
+                if not wanted or g.state.value.lower() in wanted
+            ]
+        return listed

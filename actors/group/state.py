@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from actors.group.config import GroupCoordinatorConfig
+from actors.group.consumer_group import ConsumerGroups
 from actors.group.metadata import Group
 from runtime.clock import NS_PER_MS, Alarm, Clock
 from wire.errors import ErrorCode
@@ -107,6 +108,8 @@ class ShardState:
     deleted: dict[str, dict[tuple[str, int], tuple[int, int]]] = field(default_factory=dict)
     waiting: dict[str, Waiting] = field(default_factory=dict)
     tokens: int = 0
+    # The consumer groups of the new protocol (KIP-848: consumer_heartbeat.py), stored and not.
+    consumer: ConsumerGroups = field(default_factory=ConsumerGroups)
 
     def now_ms(self) -> int:
         """Monotonic ms, for deadlines. Group state times are wall-clock ms, as Kafka stores
@@ -206,6 +209,7 @@ class ShardState:
         self.pending_txn.clear()
         self.deleted.clear()
         self.next_order = 0
+        self.consumer.clear()
 
 
 def settle(future: asyncio.Future[T], value: T) -> None:

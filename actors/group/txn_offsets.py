@@ -40,7 +40,7 @@ import logging
 from collections.abc import Callable
 from typing import Final
 
-from actors.group import membership, offsets
+from actors.group import consumer_lifecycle, membership, offsets
 from actors.group.messages import TxnOffsetsStored
 from actors.group.metadata import Group, GroupState
 from actors.group.state import PendingTxnOffset, ShardState, settle, store_error
@@ -105,7 +105,8 @@ def txn_commit(
         answer.set_result(_answer(request, lambda _t, _p: ErrorCode.OFFSET_METADATA_TOO_LARGE))
         return answer
     group_id, producer_id = request.group_id, request.producer_id
-    state.groups.setdefault(group_id, Group(group_id))
+    if group_id not in state.consumer.groups:
+        state.groups.setdefault(group_id, Group(group_id))
     order = state.next_write_order()
     pending = state.pending_txn.setdefault(group_id, {}).setdefault(producer_id, {})
     made = []
@@ -143,6 +144,11 @@ def _refusal(state: ShardState, request: TxnOffsetCommitRequest) -> ErrorCode | 
     )
     if not names_member:
         return None  # an older producer (TxnOffsetCommit v0-2) names no member
+    consumer_group = state.consumer.groups.get(request.group_id)
+    if consumer_group is not None:  # KIP-848's: the generation is the member epoch
+        return consumer_lifecycle.commit_refusal(
+            consumer_group, request.member_id, request.generation_id
+        )
     return membership.member_error(
         state, request.group_id, request.member_id, request.generation_id, request.group_instance_id
     )

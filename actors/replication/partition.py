@@ -93,6 +93,7 @@ from actors.replication.partition_messages import (
     ReadRecords,
     ReadResult,
     ReplicasIneligible,
+    SwapCleaned,
     TruncateFullyAndStartAt,
     TruncateTo,
 )
@@ -101,6 +102,7 @@ from actors.views import NO_LEADER, NO_LEADERSHIP, PartitionView, Role
 from runtime import reinjected
 from runtime.actor import Actor, ActorFatalError, MailboxClosed, MailboxFull, Supervisor, handles
 from runtime.clock import Clock
+from runtime.log.cleaner.swap import SwapOutcome, swap_cleaned_segments
 from runtime.log.errors import (
     InvalidOffsetError,
     InvalidProducerStateError,
@@ -686,6 +688,20 @@ class PartitionActor(Actor):
             self._hw_metadata = self._local_hw_metadata()
         self._publish()
         return ErrorCode.NONE
+
+    @handles(SwapCleaned)
+    def _swap_cleaned(self, message: SwapCleaned) -> SwapOutcome:
+        """The log cleaner's pass: checked against the log and swapped in here, on the log's
+        owner, so no produce, fetch or truncation runs in between (runtime/log/cleaner/swap.py)."""
+        if self._role is Role.OFFLINE:
+            return SwapOutcome(False, "the replica is offline")
+        with self._log_io("cleaned segment swap"):
+            outcome = swap_cleaned_segments(self._log, message.task, message.cleaned)
+        if outcome.swapped:
+            # Positions in the swapped segments moved; the HW lies above them, but re-read it.
+            self._hw_metadata = self._local_hw_metadata()
+            self._publish()
+        return outcome
 
     @handles(LastOffsetForEpoch)
     def _last_offset_for_epoch(self, message: LastOffsetForEpoch) -> EpochEndOffset:

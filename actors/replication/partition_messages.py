@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from actors.replication.alter_partition import IsrProposal, IsrProposalResult
 from actors.views import NO_LEADERSHIP, PartitionView
 from runtime.actor import Ask
+from runtime.log.cleaner.swap import SwapOutcome
+from runtime.log.cleaner.task import CleanedRange, CleaningTask
 from runtime.log.log import Records
 from runtime.log.offsets import LogAppendInfo, LogOffsetMetadata
 from runtime.log.producer_state import AppendOrigin
@@ -303,3 +305,12 @@ class GetActiveProducers(Ask[ActiveProducerState]):
     """DescribeProducers for one partition (Kafka's Partition.activeProducerState): any replica
     holding the log answers, leader or follower, as Kafka's does (an admin may ask a chosen
     replica); a replica that is neither answers NOT_LEADER_OR_FOLLOWER."""
+
+
+@dataclass(frozen=True, slots=True)
+class SwapCleaned(Ask[SwapOutcome]):
+    """The broker's log cleaner finished a pass over this replica's log: check that it still
+    fits the log and swap it in, or discard it (runtime/log/cleaner/swap.py)."""
+
+    task: CleaningTask
+    cleaned: CleanedRange

@@ -1,6 +1,7 @@
 """`ketch up`'s command line and the ports it gives each node.
 
     ketch up [--brokers 3] [--data-dir ./data] [--port 9092] [--kafka-port 19092] [--config F]
+             [--tls]
 
 Broker i listens on 127.0.0.1:<port+i> (the native protocol) and on 127.0.0.1:<kafka-port+i>
 (the Kafka wire protocol, for Kafka clients: `--kafka-listen`), the controller on
@@ -12,6 +13,11 @@ passed on, so one TOML file configures every node.
 A cluster of one or two brokers also passes the lowered internal-topic replication of
 `node.layout.sized_properties` as flags, except for the keys the config file sets (read here,
 so a file that is not valid TOML is a usage error before anything starts).
+
+`--tls` serves every listener (native, kafka, the controller's) over TLS: each node gets
+`listener.security.protocol.map` = every listener SSL, its own keystore
+(`<data-dir>/tls/<node>.pem`) and the cluster's CA as truststore (`<data-dir>/tls/ca.pem`), as
+flags over the config file; the supervisor makes those files at start (cli/up/certificates.py).
 
 Every node's configuration is checked here too (`config_problems`), before anything starts: each
 node's command line is read as that node reads it (its parser and `effective_from_args`) and
@@ -26,17 +32,22 @@ data dir.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from node.layout import Layout, NodeSpec, sized_properties
-from runtime.config import ConfigError, load_toml
+from node.layout import CONTROLLER_NODE, Layout, NodeSpec, broker_node, sized_properties
+from runtime.config import ConfigError, Value, load_toml
+from runtime.net.security_protocol import LISTENER_SECURITY_PROTOCOL_MAP_KEY
 from runtime.net.transport import Address
 
 HOST: Final = "127.0.0.1"
 CONTROLLER_PORT_OFFSET: Final = 100
 KAFKA_OFF: Final = -1  # `--kafka-port -1`: no Kafka-protocol listeners
+# `--tls`'s files under the data dir (cli/up/certificates.py makes them).
+TLS_DIR_NAME: Final = "tls"
+CA_FILE_NAME: Final = "ca.pem"
 # Each node's Prometheus endpoint (GET /metrics): broker i at port+200+i, the controller at
 # port+300.
 METRICS_PORT_OFFSET: Final = 200
@@ -45,7 +56,10 @@ UP_EXAMPLES: Final = """examples:
   ketch up                      # 3 brokers at 9092-9094, data in ./data
   ketch up --brokers 1 --data-dir one --port 29092 --kafka-port 39092
   ketch up --kafka-port -1      # without the Kafka-protocol listeners
+  ketch up --tls                # every listener over TLS (CA in ./data/tls)
 """
+# Every listener a `ketch up --tls` cluster has, each served over TLS.
+TLS_PROTOCOL_MAP: Final = "native:SSL,kafka:SSL,controller:SSL"
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +71,7 @@ class UpOptions:
     config: Path | None
     # The properties the config file sets: they win over what the cluster's size suggests.
     configured: frozenset[str] = frozenset()
+    tls: bool = False  # every listener over TLS, with certificates made at start
 
     def bindings(self) -> list[tuple[int, str]]:
         """Every port the cluster's nodes bind, each with what binds it."""
@@ -87,7 +102,11 @@ def child_specs(options: UpOptions, layout: Layout) -> tuple[NodeSpec, list[Node
     controller = layout.controller_spec(
         controller_address,
         config=options.config,
-        flags={**sized, "metrics.port": metrics + CONTROLLER_PORT_OFFSET},
+        flags={
+            **sized,
+            "metrics.port": metrics + CONTROLLER_PORT_OFFSET,
+            **tls_flags(options, layout, CONTROLLER_NODE),
+        },
     )
     brokers = [
         layout.broker_spec(
@@ -100,11 +119,34 @@ def child_specs(options: UpOptions, layout: Layout) -> tuple[NodeSpec, list[Node
                 if options.kafka_port == KAFKA_OFF
                 else Address(HOST, options.kafka_port + broker_id)
             ),
-            flags={**sized, "metrics.port": metrics + broker_id},
+            flags={
+                **sized,
+                "metrics.port": metrics + broker_id,
+                **tls_flags(options, layout, broker_node(broker_id)),
+            },
         )
         for broker_id in range(options.brokers)
     ]
     return controller, brokers
+
+
+def tls_flags(options: UpOptions, layout: Layout, node: str) -> dict[str, Value]:
+    """With `--tls`: the node's TLS properties (module docstring); else none."""
+    if not options.tls:
+        return {}
+    return {
+        LISTENER_SECURITY_PROTOCOL_MAP_KEY: TLS_PROTOCOL_MAP,
+        "ssl.keystore.location": str(keystore_path(layout, node)),
+        "ssl.truststore.location": str(truststore_path(layout)),
+    }
+
+
+def truststore_path(layout: Layout) -> Path:
+    return layout.root / TLS_DIR_NAME / CA_FILE_NAME
+
+
+def keystore_path(layout: Layout, node: str) -> Path:
+    return layout.root / TLS_DIR_NAME / f"{node}.pem"
 
 
 def add_up_arguments(parser: argparse.ArgumentParser) -> None:
@@ -123,6 +165,11 @@ def add_up_arguments(parser: argparse.ArgumentParser) -> None:
         help="broker i's Kafka-protocol listener is on kafka-port+i (default 19092; -1: none)",
     )
     parser.add_argument("--config", type=Path, help="TOML file of Kafka properties for every node")
+    parser.add_argument(
+        "--tls",
+        action="store_true",
+        help="every listener over TLS, with a new CA and node certificates in DATA_DIR/tls",
+    )
 
 
 def options_from_args(args: argparse.Namespace) -> UpOptions | str:
@@ -147,7 +194,13 @@ def options_from_args(args: argparse.Namespace) -> UpOptions | str:
         except ConfigError as exc:
             return str(exc)
     options = UpOptions(
-        args.brokers, args.data_dir.resolve(), args.port, args.kafka_port, config, configured
+        args.brokers,
+        args.data_dir.resolve(),
+        args.port,
+        args.kafka_port,
+        config,
+        configured,
+        tls=bool(getattr(args, "tls", False)),
     )
     return _port_overlap(options) or "\n".join(config_problems(options)) or options
 
@@ -160,7 +213,11 @@ def config_problems(options: UpOptions) -> list[str]:
     from node.config_check import Role, check
     from node.controller import main as controller_main
 
-    controller, brokers = child_specs(options, Layout(options.data_dir))
+    # Checked without --tls's flags: the files they name are made only when the cluster starts
+    # (the rest of the TLS settings are ketch up's own, right by construction).
+    controller, brokers = child_specs(
+        dataclasses.replace(options, tls=False), Layout(options.data_dir)
+    )
     found: dict[str, None] = {}  # an ordered set
     for spec in (controller, *brokers):
         is_broker = spec.broker_id is not None

@@ -1,6 +1,7 @@
 """`ketch up`: a local cluster in the foreground — the controller and N brokers as child processes.
 
     ketch up [--brokers 3] [--data-dir ./data] [--port 9092] [--kafka-port 19092] [--config F]
+             [--tls]
 
 The ports and the command line are cli/up/options.py's; the data layout and each node's command
 line are node/layout.py's (shared with testkit's process cluster). Each child is `python -m
@@ -15,7 +16,10 @@ Lifecycle:
      `ketch up` gives it, cli/up/options.py): a problem is a usage error, exit 2, one line per
      problem, and nothing starts.
   1. Prepare the layout (the secret is created once) and refuse to start when another
-     supervisor already serves this data dir.
+     supervisor already serves this data dir. With `--tls`, make a new CA and one certificate
+     per node (cli/up/certificates.py; the CA's key is never written), every listener SSL;
+     cluster.json then records the client properties (`tls`: security.protocol and
+     ssl.truststore.location) that ketch's client commands use (cli/client_tls.py).
   2. Start the controller, then the brokers, and serve the control socket (cli/up/control.py).
   3. Ready when DescribeCluster through a broker lists every broker as running: print a status
      table, write cluster.json. Not ready within READY_TIMEOUT_S: stop everything, exit 1.
@@ -56,6 +60,7 @@ from typing import Final
 
 from rich.console import Console
 
+from cli.client_tls import CLUSTER_JSON_TLS_KEY
 from cli.up.child import Child, ChildState, describe_exit, die_with_parent
 from cli.up.control import (
     EXIT_USAGE,
@@ -70,7 +75,15 @@ from cli.up.control import (
     socket_path,
     supervisor_running,
 )
-from cli.up.options import UP_EXAMPLES, UpOptions, add_up_arguments, child_specs, options_from_args
+from cli.up.options import (
+    UP_EXAMPLES,
+    UpOptions,
+    add_up_arguments,
+    child_specs,
+    keystore_path,
+    options_from_args,
+    truststore_path,
+)
 from cli.up.report import refusal_report, start_line, status_table
 from client.client import Client
 from client.config import ClientConfig
@@ -79,6 +92,7 @@ from node.layout import Layout, NodeEntry, cluster_document, write_json_atomical
 from node.process import EXIT_CONFIG
 from runtime.clock import SystemClock
 from runtime.net.tcp import TcpTransport, new_event_loop
+from runtime.net.tls import SECURITY_PROTOCOL_KEY, client_ssl_context
 from runtime.net.transport import Address
 from wire.errors import ErrorCode, KafkaError
 from wire.messages import DescribeClusterRequest, DescribeClusterResponse
@@ -116,6 +130,13 @@ class Supervisor:
         self.failure: int | None = None  # the exit code once a node refused its configuration
         self._control_lock = asyncio.Lock()
         self._server: asyncio.AbstractServer | None = None
+        # With --tls: what a client needs to reach the brokers (written to cluster.json too).
+        self.client_properties: dict[str, str] = {}
+        if options.tls:
+            self.client_properties = {
+                SECURITY_PROTOCOL_KEY: "SSL",
+                "ssl.truststore.location": str(truststore_path(self.layout)),
+            }
 
     # -----------------------------------------------------------------------------------------
     # The run
@@ -311,10 +332,12 @@ class Supervisor:
         addresses = [self.brokers[i].spec.address for i in sorted(self.brokers)]
         client = Client(
             addresses,
-            transport=TcpTransport(),
+            transport=TcpTransport(ssl_client=client_ssl_context(self.client_properties)),
             clock=SystemClock(),
             client_id="ketch-up",
             config=_POLL_CLIENT_CONFIG,
+            # As a cluster member: ACLs or SASL on the native listener refuse an anonymous poll.
+            credential=self.layout.secret_file.read_bytes().strip(),
         )
         try:
             while time.monotonic() < deadline and not self.stopping.is_set():
@@ -361,17 +384,21 @@ class Supervisor:
             )
             for i, c in sorted(self.brokers.items())
         ]
-        write_json_atomically(
-            self.layout.cluster_json, cluster_document(controller, brokers, self.layout)
-        )
+        document = cluster_document(controller, brokers, self.layout)
+        if self.client_properties:
+            document[CLUSTER_JSON_TLS_KEY] = self.client_properties
+        write_json_atomically(self.layout.cluster_json, document)
 
     def _print_status(self) -> None:
         brokers = sorted(self.brokers.items())
         self.console.print(status_table(self.layout, self.controller, self.controller_id, brokers))
         first = self.brokers[min(self.brokers)].spec
         kafka = "" if first.kafka_address is None else f", Kafka clients {first.kafka_address}"
+        tls = ""
+        if self.options.tls:
+            tls = f" (TLS: every listener SSL, CA {truststore_path(self.layout)})"
         self.console.print(
-            f"ready: bootstrap {first.address}{kafka}; "
+            f"ready{tls}: bootstrap {first.address}{kafka}; "
             f"writing {self.layout.cluster_json}. Ctrl-C stops the cluster."
         )
 
@@ -490,9 +517,23 @@ def run(options: UpOptions) -> int:
     if len(os.fsencode(control_socket)) >= 100:  # sun_path holds 108 bytes on Linux
         print(f"ketch up: the data dir path is too long for {control_socket}", file=sys.stderr)
         return EXIT_USAGE
+    if options.tls:
+        _make_certificates(options, layout)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
     with asyncio.Runner(loop_factory=new_event_loop) as runner:
         return runner.run(Supervisor(options, console).run())
+
+
+def _make_certificates(options: UpOptions, layout: Layout) -> None:
+    """A new CA and one keystore per node (cli/up/certificates.py), replacing older ones."""
+    # Imported here: only `ketch up --tls` needs the cryptography library.
+    from cli.up.certificates import write_cluster_certificates
+
+    controller, brokers = child_specs(options, layout)
+    nodes = [controller.node, *(spec.node for spec in brokers)]
+    write_cluster_certificates(
+        truststore_path(layout), {node: keystore_path(layout, node) for node in nodes}
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

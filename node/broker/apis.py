@@ -197,6 +197,8 @@ class BrokerApis:
             ApiKey.LIST_GROUPS: self.list_groups,
             ApiKey.DELETE_GROUPS: self._groups.delete_groups,
             ApiKey.OFFSET_DELETE: self._groups.offset_delete,
+            ApiKey.CONSUMER_GROUP_HEARTBEAT: self._groups.consumer_group_heartbeat,
+            ApiKey.CONSUMER_GROUP_DESCRIBE: self._groups.consumer_group_describe,
             # control plane (the native listener, cluster members only)
             ApiKey.LEADER_AND_ISR: self.leader_and_isr,
             ApiKey.STOP_REPLICA: self.stop_replica,

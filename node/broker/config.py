@@ -29,7 +29,9 @@ itself:
 and the lifecycle's keys (node/broker/lifecycle.py): cluster.id, broker.heartbeat.interval.ms,
 broker.session.timeout.ms, controlled.shutdown.enable, controlled.shutdown.max.retries,
 controlled.shutdown.retry.backoff.ms; and topic auto-creation's (node/broker/auto_topics.py):
-auto.create.topics.enable, num.partitions, default.replication.factor.
+auto.create.topics.enable, num.partitions, default.replication.factor; and TLS's
+(runtime/net/tls.py): listener.security.protocol.map, ssl.* and listener.name.<name>.ssl.*,
+read into `listener_tls` (a bad file or key is refused here, so the node exits 78).
 
 The value is immutable: a node is configured once, at construction. The listener rules are
 Kafka's (KafkaConfig's listener validation): a bad combination is refused here, when the
@@ -47,19 +49,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from actors.acl.authorizer import AuthorizerConfig
 from actors.group.config import GroupCoordinatorConfig
 from actors.metadata_cache import DEFAULT_LISTENER
+from actors.quota.manager import QuotaConfig
 from actors.replication.config import ReplicaFetcherConfig, ReplicaManagerConfig
 from actors.replication.request_path import DEFAULT_MESSAGE_MAX_BYTES
 from actors.transactions.config import TransactionConfig
 from client.config import ClientConfig
 from node.broker.auto_topics import AutoTopicCreationConfig
 from node.broker.lifecycle import BrokerLifecycleConfig
+from runtime.log.cleaner.config import CleanerConfig
 from runtime.log.config import LogManagerConfig
 from runtime.metrics.registry import METRICS_DISABLED, METRICS_PORT_KEY, metrics_port
 from runtime.net.fetch_session import DEFAULT_MAX_INCREMENTAL_FETCH_SESSION_CACHE_SLOTS
+from runtime.net.sasl_config import JAAS_KEYS, SaslConfig
 from runtime.net.server import ServerConfig
 from runtime.net.tcp import parse_source_host
+from runtime.net.tls import CONTROLLER_LISTENER, ListenerTls, listener_tls, tls_property_names
 from runtime.net.transport import Address
 from runtime.properties import (
     NOT_A_PROPERTY,
@@ -186,6 +193,27 @@ class BrokerConfig:
     groups: GroupCoordinatorConfig = field(default_factory=GroupCoordinatorConfig)
     # The transaction coordinator (transaction.* keys, actors/transactions/config.py).
     transactions: TransactionConfig = field(default_factory=TransactionConfig)
+    # The live log cleaner (log.cleaner.* keys, runtime/log/cleaner/config.py).
+    cleaner: CleanerConfig = field(default_factory=CleanerConfig)
+    # SASL on the Kafka listener (runtime/net/sasl_config.py: sasl.enabled.mechanisms, the
+    # JAAS users of PLAIN, sasl.server.max.receive.size); used when its protocol is SASL_*.
+    sasl: SaslConfig = field(default_factory=SaslConfig)
+    # The same SASL settings as the native (inter-broker) listener sees them: its protocol in
+    # listener.security.protocol.map (runtime/net/native_sasl.py). Not listed: its keys are
+    # `sasl`'s.
+    native_sasl: SaslConfig = field(default_factory=SaslConfig, metadata=NOT_A_PROPERTY)
+    # ACLs on the Kafka listener (authorizer.class.name, super.users,
+    # allow.everyone.if.no.acl.found: actors/acl/authorizer.py).
+    authorizer: AuthorizerConfig = field(default_factory=AuthorizerConfig)
+    # Client quotas' rate windows (quota.window.num, quota.window.size.seconds:
+    # actors/quota/manager.py).
+    quotas: QuotaConfig = field(default_factory=QuotaConfig)
+    # TLS per listener name (runtime/net/tls.py: listener.security.protocol.map and ssl.*),
+    # for the listeners it serves and the controller's it connects to; a name left out is
+    # plaintext. Not compared: an SSLContext is equal only to itself.
+    listener_tls: Mapping[str, ListenerTls] = field(
+        default_factory=dict, compare=False, metadata=NOT_A_PROPERTY
+    )
     # The names of the properties this config was read from (see the module docstring); not
     # compared: two configs that set the same values are equal however they were given.
     originals: frozenset[str] = field(default=frozenset(), compare=False, metadata=NOT_A_PROPERTY)
@@ -245,6 +273,7 @@ class BrokerConfig:
         if "broker.id" not in properties:
             raise ValueError("broker.id is required")
         broker_id = int_property(properties, "broker.id", -1)
+        replication = ReplicaManagerConfig.from_properties(broker_id, properties)
         # The components read their own keys from the same map (broker.id is read first, as
         # the replica manager needs it); the node's other keys are read by its fields' types
         # and metadata (listeners, advertised.listeners, controller.address, message.max.bytes).
@@ -253,7 +282,7 @@ class BrokerConfig:
             properties,
             broker_id=broker_id,
             log=LogManagerConfig.from_properties(properties),
-            replication=ReplicaManagerConfig.from_properties(broker_id, properties),
+            replication=replication,
             fetcher=ReplicaFetcherConfig.from_properties(properties),
             server=ServerConfig.from_properties(properties),
             client=ClientConfig.from_properties(_client_properties(properties)),
@@ -262,6 +291,12 @@ class BrokerConfig:
             metrics_port=metrics_port(properties),
             groups=GroupCoordinatorConfig.from_properties(properties),
             transactions=TransactionConfig.from_properties(properties),
+            cleaner=CleanerConfig.from_properties(properties),
+            sasl=SaslConfig.from_properties(properties, KAFKA_LISTENER),
+            native_sasl=SaslConfig.from_properties(properties, replication.inter_broker_listener),
+            authorizer=AuthorizerConfig.from_properties(properties),
+            quotas=QuotaConfig.from_properties(properties),
+            listener_tls=_listener_tls(properties),
             originals=frozenset(properties),
         )
 
@@ -280,6 +315,10 @@ _BROKER_LOG_FIELDS: Final = {
     "log.flush.interval.ms": "flush_ms",
     "log.segment.delete.delay.ms": "file_delete_delay_ms",
     "log.cleanup.policy": "cleanup_policy",
+    "log.cleaner.min.compaction.lag.ms": "min_compaction_lag_ms",
+    "log.cleaner.max.compaction.lag.ms": "max_compaction_lag_ms",
+    "log.cleaner.min.cleanable.ratio": "min_cleanable_dirty_ratio",
+    "log.cleaner.delete.retention.ms": "delete_retention_ms",
 }
 # Read by the components but without a default of their own to show.
 _KEYS_WITHOUT_DEFAULT: Final = frozenset(
@@ -355,6 +394,10 @@ def property_values(config: BrokerConfig) -> dict[str, bool | int | float | str]
         config.auto_topics,
         config.groups,
         config.transactions,
+        config.cleaner,
+        config.sasl,
+        config.authorizer,
+        config.quotas,
     ):
         read_by_components.update(defaults_by_property(component))
     client_values = defaults_by_property(config.client)
@@ -368,7 +411,13 @@ def property_values(config: BrokerConfig) -> dict[str, bool | int | float | str]
 
 
 def known_properties() -> frozenset[str]:
-    return frozenset(property_defaults()) | _KEYS_WITHOUT_DEFAULT
+    return frozenset(property_defaults()) | _KEYS_WITHOUT_DEFAULT | tls_property_names() | JAAS_KEYS
+
+
+def _listener_tls(properties: Mapping[str, object]) -> dict[str, ListenerTls]:
+    """The TLS contexts of the broker's listeners (served) and of the controller's (dialed)."""
+    served = parse_listeners(str(properties.get(LISTENERS_KEY, DEFAULT_LISTENERS)))
+    return listener_tls(properties, {*served, CONTROLLER_LISTENER}, serving=served)
 
 
 _CLIENT_KEYS: Final = frozenset(

@@ -1,9 +1,10 @@
 """`ControllerForwarder`: admin requests from clients, forwarded to the controller (KIP-590).
 
-Every broker accepts CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs and
-DescribeCluster from clients and forwards them over its credentialed control channel
-(node/broker/lifecycle.py's `ControllerChannel`), since ketch's controller is not a broker
-clients can reach. The class docstring has the retry rules.
+Every broker accepts CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs,
+CreateAcls, DeleteAcls, AlterUserScramCredentials and DescribeCluster from clients and forwards
+them over its credentialed
+control channel (node/broker/lifecycle.py's `ControllerChannel`), since ketch's controller is not
+a broker clients can reach. The class docstring has the retry rules.
 
 Ownership: stateless between requests apart from its backoff settings and a seeded random source
 for jitter; each forward is its own coroutine on the event loop, waiting on the injected clock.
@@ -22,10 +23,18 @@ from runtime.net.backoff import ExponentialBackoff
 from wire.error_responses import error_response
 from wire.errors import ErrorCode
 from wire.messages import (
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
+    CreateAclsRequest,
+    CreateAclsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DescribeClusterRequest,
@@ -88,6 +97,30 @@ class ControllerForwarder:
     ) -> IncrementalAlterConfigsResponse:
         response = await self._forward(request)
         assert isinstance(response, IncrementalAlterConfigsResponse), response
+        return response
+
+    async def create_acls(self, request: CreateAclsRequest) -> CreateAclsResponse:
+        response = await self._forward(request)
+        assert isinstance(response, CreateAclsResponse), response
+        return response
+
+    async def delete_acls(self, request: DeleteAclsRequest) -> DeleteAclsResponse:
+        response = await self._forward(request)
+        assert isinstance(response, DeleteAclsResponse), response
+        return response
+
+    async def alter_user_scram_credentials(
+        self, request: AlterUserScramCredentialsRequest
+    ) -> AlterUserScramCredentialsResponse:
+        response = await self._forward(request)
+        assert isinstance(response, AlterUserScramCredentialsResponse), response
+        return response
+
+    async def alter_client_quotas(
+        self, request: AlterClientQuotasRequest
+    ) -> AlterClientQuotasResponse:
+        response = await self._forward(request)
+        assert isinstance(response, AlterClientQuotasResponse), response
         return response
 
     async def describe_cluster(self, request: DescribeClusterRequest) -> DescribeClusterResponse:

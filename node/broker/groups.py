@@ -1,7 +1,8 @@
 """A broker's coordinators and FindCoordinator: the GroupCoordinator on `__consumer_offsets` and
 the TransactionCoordinator on `__transaction_state` (their APIs' handlers are in
-node/broker/apis.py, with every other API's, except DeleteGroups and OffsetDelete, whose
-handlers are here and which apis.py's table names).
+node/broker/apis.py, with every other API's, except DeleteGroups, OffsetDelete,
+ConsumerGroupHeartbeat and ConsumerGroupDescribe, whose handlers are here and which apis.py's
+table names).
 
 OffsetDelete answers a partition the cluster does not have UNKNOWN_TOPIC_OR_PARTITION without
 asking the coordinator, as Kafka's KafkaApis does; the group's own errors come from the
@@ -26,8 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Final
 
 from actors.group.coordinator import GroupCoordinator
@@ -37,6 +39,11 @@ from runtime.net.dialect import RequestContext
 from wire.errors import ErrorCode
 from wire.group_records import OFFSETS_TOPIC
 from wire.messages import (
+    ZERO_UUID,
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
     Coordinator,
     CreatableTopic,
     CreatableTopicConfig,
@@ -89,6 +96,7 @@ class BrokerGroups:
         self._creating: dict[str, asyncio.Task[None]] = {}
         # The live-broker count last logged as too few for each internal topic.
         self._short_logged: dict[str, int] = {}
+        self._view: tuple[MetadataSnapshot | None, Mapping[str, tuple[bytes, int]]] = (None, {})
         self._topics = {
             COORDINATOR_GROUP: _InternalTopic(
                 OFFSETS_TOPIC,
@@ -163,6 +171,34 @@ class BrokerGroups:
         self, request: DeleteGroupsRequest, ctx: RequestContext
     ) -> DeleteGroupsResponse:
         return await self.coordinator.delete_groups(request)
+
+    async def consumer_group_heartbeat(
+        self, request: ConsumerGroupHeartbeatRequest, ctx: RequestContext
+    ) -> ConsumerGroupHeartbeatResponse:
+        return await self.coordinator.consumer_group_heartbeat(
+            request,
+            client_id=ctx.client_id or "",
+            client_host="/" + ctx.peer.rsplit(":", 1)[0],
+            topics=self._topics_view(),
+        )
+
+    async def consumer_group_describe(
+        self, request: ConsumerGroupDescribeRequest, ctx: RequestContext
+    ) -> ConsumerGroupDescribeResponse:
+        return await self.coordinator.consumer_group_describe(request)
+
+    def _topics_view(self) -> Mapping[str, tuple[bytes, int]]:
+        """The topics a consumer group's assignor sees (name -> id, partition count), built
+        once per metadata snapshot: heartbeats come often, metadata changes seldom."""
+        metadata = self._metadata()
+        if self._view[0] is not metadata:
+            view = {
+                name: (topic.topic_id, len(topic.partitions))
+                for name, topic in metadata.topics.items()
+                if topic.topic_id != ZERO_UUID  # a consumer group names topics by id
+            }
+            self._view = (metadata, MappingProxyType(view))
+        return self._view[1]
 
     async def offset_delete(
         self, request: OffsetDeleteRequest, ctx: RequestContext

@@ -172,11 +172,17 @@ def with_listener_flags(
 
 async def serve_broker(settings: BrokerSettings) -> int:
     """Run the broker until SIGTERM / SIGINT, then stop it cleanly."""
+    source = settings.config.connections_source_host
     node = BrokerNode(
         settings.config,
-        transport=TcpTransport(source_host=settings.config.connections_source_host),
+        transport=TcpTransport(source_host=source),
         clock=SystemClock(),
         cluster_secret=settings.secret,
+        # TLS where listener.security.protocol.map says so (runtime/net/tls.py).
+        listener_transports={
+            name: tls.transport(source_host=source)
+            for name, tls in settings.config.listener_tls.items()
+        },
     )
 
     def started() -> None:

@@ -8,9 +8,12 @@ It builds and wires the broker's parts and owns their lifetimes:
     LogManager              the log dirs (open: lock, load, recover; background run() task);
                             a dir that fails to open starts offline and the broker starts on
                             the others (with none, `start()` raises LogDirOfflineError)
+    LogCleaner              live compaction of the compacted logs (its run() task); passes in
+                            a worker thread, swaps by a message to the partition actor
     DelayedOperations       the produce and fetch purgatories
     ReplicaFetcherManager   follower fetchers, one Client per fetcher over the node's transport
-                            (Fetch is data-plane: no credential)
+                            (Fetch is data-plane: no credential, unless the native listener
+                            is SASL or has ACLs: node/broker/native_security.py)
     AlterPartitionManager   ISR proposals to the controller, over the control client (a Client
                             holding the cluster credential: AlterPartition is control-plane)
     BrokerLifecycle         registration, heartbeats and controlled shutdown, over the same
@@ -33,7 +36,9 @@ It builds and wires the broker's parts and owns their lifetimes:
     BrokerApis              every API's handler, one table for both listeners
                             (node/broker/apis.py, Kafka's KafkaApis)
     Server                  the native listener, serving that table; control-plane requests
-                            are served only on connections that proved the cluster secret
+                            are served only on connections that proved the cluster secret;
+                            users log in and ACLs apply as on the Kafka listener
+                            (node/broker/native_security.py)
     Server (kafka)          with a `kafka` entry in `listeners`: the Kafka wire protocol for
                             Kafka clients, on the same table (runtime/net/kafka_dialect.py),
                             each request held until the first UpdateMetadata
@@ -73,8 +78,11 @@ import logging
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Final
 
+from actors.acl.authorizer import Authorizer
 from actors.group.coordinator import GroupCoordinator
+from actors.quota.manager import ClientQuotaManager
 from actors.replication.alter_partition_manager import AlterPartitionManager
+from actors.replication.cleaner_swap import partition_swap_sink
 from actors.replication.delayed import DelayedOperations
 from actors.replication.fetch_state import BrokerEndpoint
 from actors.replication.fetcher import FetcherClient
@@ -84,28 +92,38 @@ from actors.replication.replica_manager_messages import SetBrokerEpoch
 from actors.replication.request_path import RequestPath
 from actors.transactions.coordinator import TransactionCoordinator
 from client.client import Client
+from node.broker.acls import BrokerAcls
 from node.broker.apis import BrokerApis
+from node.broker.authorization import Authorization
 from node.broker.auto_topics import AutoTopicCreationManager
 from node.broker.config import KAFKA_LISTENER, BrokerConfig
 from node.broker.describe_configs import BrokerConfigSource, TopicConfigSource
 from node.broker.forwarder import ControllerForwarder
 from node.broker.groups import BrokerGroups
 from node.broker.lifecycle import BrokerLifecycle
+from node.broker.native_security import fetcher_credential, native_handlers, native_sasl
 from node.broker.offsets_log import RequestPathOffsetsLog
 from node.broker.producer_ids import ProducerIdManager, ProducerIdsUnavailableError
+from node.broker.quotas import QuotaApis, with_quotas
+from node.broker.scram_credentials import BrokerScramCredentials, kafka_sasl
 from node.broker.serving_gate import MetadataGate
 from node.broker.txn_markers import TxnMarkerSender
 from runtime.actor import ActorStatistics
 from runtime.clock import Clock
+from runtime.log.cleaner.cleaner import LogCleaner
 from runtime.log.manager import LoadedDir, LogManager
 from runtime.log.producer_state import AppendOrigin
 from runtime.metrics.broker import BrokerMetrics, fetch_session_metrics
+from runtime.metrics.cleaner import log_cleaner_metrics
 from runtime.metrics.endpoint import MetricsHttpServer
 from runtime.metrics.registry import METRICS_DISABLED
 from runtime.net.fetch_session import FetchSessionCache
 from runtime.net.kafka_dialect import KafkaProtocol
+from runtime.net.native_dialect import native_dialect
 from runtime.net.request_pool import RequestMemoryPool
+from runtime.net.sasl import ScramCredentialCache
 from runtime.net.server import Server
+from runtime.net.tls import CONTROLLER_LISTENER
 from runtime.net.transport import Address, Transport
 from wire.errors import ErrorCode
 from wire.group_records import OFFSETS_TOPIC
@@ -114,6 +132,7 @@ from wire.messages import (
     AllocateProducerIdsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
+    ApiKey,
     BrokerRegistrationListener,
     Request,
     Response,
@@ -157,14 +176,19 @@ class BrokerNode:
         cluster_secret: bytes,
         controller: Address | None = None,
         lifecycle: bool = True,
+        listener_transports: Mapping[str, Transport] | None = None,
     ) -> None:
         """`lifecycle=False` leaves out registration, heartbeats and controlled shutdown, for a
         test that plays the controller by hand; the broker epoch then stays -1 unless the owner
-        calls `set_broker_epoch`."""
+        calls `set_broker_epoch`. `listener_transports` overrides `transport` per listener name
+        (TLS where listener.security.protocol.map says so, runtime/net/tls.py): a listener's
+        transport serves it and dials the peers' listener of that name (`controller` for the
+        controller's)."""
         self.config = config
         self.broker_id = config.broker_id
         self.clock = clock
         self._transport = transport
+        self._listener_transports = dict(listener_transports or {})
         self._secret = cluster_secret
         controller = controller if controller is not None else config.controller_address
         if controller is None:
@@ -174,6 +198,7 @@ class BrokerNode:
         self.broker_epoch = NO_BROKER_EPOCH
         self.loaded: list[LoadedDir] = []  # what LogManager.open reported (clean or recovered)
         self._log_task: asyncio.Task[None] | None = None
+        self._cleaner_task: asyncio.Task[None] | None = None
         # Set when the broker cannot go on (every log dir failed, or the controller is of another
         # cluster); the process main waits on it and exits 1 (node/process.py), as Kafka halts a
         # broker with no live log dir and refuses one whose meta.properties names another cluster.
@@ -225,7 +250,7 @@ class BrokerNode:
         config, clock = self.config, self.clock
         self._control_client = Client(
             [self.controller],
-            transport=self._transport,
+            transport=self._transport_for(CONTROLLER_LISTENER),
             clock=clock,
             client_id=f"broker-{self.broker_id}-control",
             config=config.client,
@@ -301,6 +326,14 @@ class BrokerNode:
             on_metadata_updated=self._metadata_updated,
             clock=clock,
         )
+        # The live log cleaner (runtime/log/cleaner/); its swaps go to the partition actors.
+        self.log_cleaner = LogCleaner(
+            self.log_manager,
+            config.cleaner,
+            clock,
+            swap=partition_swap_sink(self.replica_manager.partition),
+        )
+        self.metrics.add_collector(lambda: log_cleaner_metrics(self.log_cleaner.stats, clock))
         self.request_path = RequestPath(
             self.replica_manager.partition,
             self.delayed,
@@ -332,7 +365,7 @@ class BrokerNode:
         # Sends only to named leaders (never bootstraps): any address satisfies the client.
         self._marker_client = Client(
             [config.listen_address],
-            transport=self._transport,
+            transport=self._transport_for(config.listener_name),
             clock=clock,
             client_id=f"broker-{self.broker_id}-txn-markers",
             config=config.client,
@@ -388,30 +421,62 @@ class BrokerNode:
             broker_configs=BrokerConfigSource.of(config),
         )
         handlers = self.apis.table()
+        # ACLs (node/broker/acls.py): their APIs on both listeners, the set from UpdateMetadata,
+        # and the Kafka listener's guards (node/broker/authorization.py).
+        self.authorization = Authorization(
+            Authorizer(config.authorizer),
+            has_topic=lambda topic: replica_manager.metadata.has_topic(topic),
+        )
+        acls = BrokerAcls(self.authorization, self.forwarder)
+        handlers |= acls.table()
+        handlers[ApiKey.UPDATE_METADATA] = acls.observe_update_metadata(
+            handlers[ApiKey.UPDATE_METADATA]
+        )
+        # SCRAM credentials (node/broker/scram_credentials.py): their APIs on both listeners,
+        # and the controller's credentials from UpdateMetadata, which SASL checks logins with.
+        self.scram_credentials = BrokerScramCredentials(
+            ScramCredentialCache(), self.forwarder, tls_listeners=config.listener_tls
+        )
+        handlers |= self.scram_credentials.table()
+        handlers[ApiKey.UPDATE_METADATA] = self.scram_credentials.observe_update_metadata(
+            handlers[ApiKey.UPDATE_METADATA]
+        )
+        # Client quotas (node/broker/quotas.py): their APIs on both listeners, the quota set
+        # from UpdateMetadata, and the Produce / Fetch layer that measures and throttles. The
+        # Kafka listener's authorization wraps it (below), so a refused request is not counted.
+        self.client_quotas = ClientQuotaManager(clock, config.quotas)
+        handlers |= QuotaApis(self.client_quotas, self.forwarder).table()
+        handlers = with_quotas(handlers, self.client_quotas)
         # Latency is the one per-request metric; a node without an endpoint skips it.
         observer = None if self.metrics_server is None else self.metrics.requests.observe
         # One queued.max.request.bytes for both listeners, as Kafka's pool is per broker.
         request_pool = RequestMemoryPool(config.server.queued_max_request_bytes)
+        # The native listener: the same identities (SASL when the protocol map says so) and
+        # ACLs as the Kafka listener (node/broker/native_security.py).
         self.server = Server(
-            self._transport,
+            self._transport_for(config.listener_name),
             config.listen_address,
-            handlers,
+            native_handlers(self.authorization, handlers),
             clock=clock,
             config=config.server,
             cluster_secret=self._secret,
             request_observer=observer,
             listener=config.listener_name,
             request_pool=request_pool,
+            dialect=native_dialect(native_sasl(config.native_sasl, self.scram_credentials.cache)),
         )
         self.kafka_server: Server | None = None
         if config.kafka_listen_address is not None:
             sessions = FetchSessionCache(clock, config.max_incremental_fetch_session_cache_slots)
             self.metrics.add_collector(lambda: fetch_session_metrics(sessions))
             kafka = KafkaProtocol(
-                self.metadata_gate.wrap(handlers), _TopicIds(replica_manager), sessions
+                self.metadata_gate.wrap(self.authorization.wrap(handlers)),
+                _TopicIds(replica_manager),
+                sessions,
+                sasl=kafka_sasl(config.sasl, self.scram_credentials.cache),
             )
             self.kafka_server = Server(
-                self._transport,
+                self._transport_for(KAFKA_LISTENER),
                 config.kafka_listen_address,
                 kafka.handlers,
                 clock=clock,
@@ -424,13 +489,24 @@ class BrokerNode:
 
     # -- wiring ---------------------------------------------------------------------------------
 
+    def _transport_for(self, listener: str) -> Transport:
+        """The transport serving `listener` and dialing the peers' listener of that name."""
+        return self._listener_transports.get(listener, self._transport)
+
     def _fetch_client(self, leader: BrokerEndpoint, fetcher_id: int) -> FetcherClient:
         client = Client(
             [leader.address],
-            transport=self._transport,
+            # Leaders are reached on the inter-broker listener (the native one).
+            transport=self._transport_for(self.config.listener_name),
             clock=self.clock,
             client_id=f"broker-{self.broker_id}-fetcher-{fetcher_id}",
             config=self.config.client,
+            # A SASL or ACL-guarded native listener serves followers as cluster members only.
+            credential=(
+                self._secret
+                if fetcher_credential(self.config.native_sasl, self.authorization)
+                else None
+            ),
         )
         owned = _FetchClient(client, self._fetch_clients)
         self._fetch_clients[owned] = None
@@ -539,6 +615,9 @@ class BrokerNode:
             self._log_task = asyncio.get_running_loop().create_task(
                 self.log_manager.run(), name=f"log-manager@{self.broker_id}"
             )
+            self._cleaner_task = asyncio.get_running_loop().create_task(
+                self.log_cleaner.run(), name=f"log-cleaner@{self.broker_id}"
+            )
             await self.alter_partition.start()
             await self.group_coordinator.start()  # before leadership can move to it
             await self.txn_coordinator.start()
@@ -624,11 +703,12 @@ class BrokerNode:
             await self.metrics_server.stop()
 
     async def _stop_log_task(self) -> None:
-        task, self._log_task = self._log_task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        for task in (self._cleaner_task, self._log_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._log_task = self._cleaner_task = None
 
     async def _close_clients(self) -> None:
         fetch_clients = list(self._fetch_clients)

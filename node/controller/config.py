@@ -4,7 +4,9 @@ A controller's property map is read by four components, each through its own
 `from_properties`: the controller itself (`ControllerConfig`: node.id, cluster.id,
 broker.session.timeout.ms, ..., actors/controller/messages.py), its listener (`ServerConfig`:
 socket.request.max.bytes, max.connections, ...), its channels to the brokers (`ChannelConfig`:
-request.timeout.ms, the backoffs), plus metrics.port and connections.source.host.
+request.timeout.ms, the backoffs), plus metrics.port and connections.source.host, and TLS
+(listener.security.protocol.map and ssl.*, runtime/net/tls.py) for its own listener, named
+`controller`, and for its channels to the brokers' inter-broker listener, `native`.
 `controller_configs()` reads them all, so `ketch controller` and the configuration check
 (node/config_check.py) run the same validation; `property_defaults()` lists what they read with
 their defaults, for `ketch config show` and for telling a mistyped name from a real one.
@@ -15,15 +17,17 @@ Pure functions; the values are immutable.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from actors.controller.channel import ChannelConfig
 from actors.controller.messages import ControllerConfig
+from actors.metadata_cache import DEFAULT_LISTENER
 from runtime.config import Value
 from runtime.metrics.registry import METRICS_DISABLED, METRICS_PORT_KEY, metrics_port
 from runtime.net.server import ServerConfig
 from runtime.net.tcp import SOURCE_HOST_KEY, source_host
+from runtime.net.tls import CONTROLLER_LISTENER, ListenerTls, listener_tls, tls_property_names
 from runtime.properties import (
     config_from_properties,
     defaults_by_property,
@@ -43,6 +47,8 @@ class ControllerConfigs:
     channels: ChannelConfig
     metrics_port: int
     source_host: str | None  # connections.source.host (None: the kernel chooses)
+    # TLS of the controller's listener (`controller`) and of the brokers' it dials (`native`).
+    listener_tls: Mapping[str, ListenerTls] = field(default_factory=dict, compare=False)
 
 
 def controller_configs(properties: Mapping[str, object]) -> ControllerConfigs:
@@ -53,6 +59,9 @@ def controller_configs(properties: Mapping[str, object]) -> ControllerConfigs:
         channels=channel_config(properties),
         metrics_port=metrics_port(properties),
         source_host=source_host(properties),
+        listener_tls=listener_tls(
+            properties, {CONTROLLER_LISTENER, DEFAULT_LISTENER}, serving={CONTROLLER_LISTENER}
+        ),
     )
 
 
@@ -82,7 +91,7 @@ def _values(defaults: Mapping[str, object]) -> dict[str, Value]:
 
 
 def known_properties() -> frozenset[str]:
-    return frozenset(property_defaults()) | _KEYS_WITHOUT_DEFAULT
+    return frozenset(property_defaults()) | _KEYS_WITHOUT_DEFAULT | tls_property_names()
 
 
 def channel_config(properties: Mapping[str, object]) -> ChannelConfig:

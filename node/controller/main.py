@@ -31,12 +31,13 @@ import argparse
 import dataclasses
 import logging
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from actors.controller.channel import ChannelConfig
 from actors.controller.messages import ControllerConfig
+from actors.metadata_cache import DEFAULT_LISTENER
 from node.config_check import Role, raise_problems
 from node.controller.config import (
     channel_config,
@@ -57,7 +58,7 @@ from node.process import (
 from runtime.clock import SystemClock
 from runtime.config import EffectiveConfig, resolve
 from runtime.net.server import ServerConfig
-from runtime.net.tcp import TcpTransport
+from runtime.net.tls import CONTROLLER_LISTENER, ListenerTls
 from runtime.net.transport import Address
 
 # Re-exported: where the controller's properties were read before node/controller/config.py.
@@ -88,6 +89,8 @@ class ControllerSettings:
     secret: bytes
     secret_file: Path
     source_host: str | None = None  # connections.source.host (None: the kernel chooses)
+    # TLS per listener name (runtime/net/tls.py); a name left out is plaintext.
+    listener_tls: Mapping[str, ListenerTls] = field(default_factory=dict)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -131,6 +134,7 @@ def settings_from_args(args: argparse.Namespace) -> ControllerSettings:
         secret=secret,
         secret_file=secret_file,
         source_host=configs.source_host,
+        listener_tls=configs.listener_tls,
     )
 
 
@@ -142,10 +146,14 @@ def effective_from_args(args: argparse.Namespace) -> EffectiveConfig:
 
 async def serve_controller(settings: ControllerSettings) -> int:
     """Run the controller until a signal (exit 0) or a metadata log failure (exit 1)."""
+    plain = ListenerTls(None, None)
+    served = settings.listener_tls.get(CONTROLLER_LISTENER, plain)
+    brokers = settings.listener_tls.get(DEFAULT_LISTENER, plain)
     node = ControllerNode(
         settings.config,
         settings.metadata_dir,
-        transport=TcpTransport(source_host=settings.source_host),
+        transport=served.transport(source_host=settings.source_host),
+        broker_transport=brokers.transport(source_host=settings.source_host),
         clock=SystemClock(),
         cluster_secret=settings.secret,
         listen=settings.listen,

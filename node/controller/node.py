@@ -6,8 +6,9 @@
     Server                       the controller's listener: BrokerRegistration, BrokerHeartbeat,
                                  AlterPartition, ControlledShutdown, AllocateProducerIds,
                                  and the CreateTopics / DeleteTopics / CreatePartitions /
-                                 IncrementalAlterConfigs / DescribeCluster that brokers
-                                 forward for clients (KIP-590)
+                                 IncrementalAlterConfigs / DescribeCluster / CreateAcls /
+                                 DeleteAcls / AlterUserScramCredentials / AlterClientQuotas
+                                 that brokers forward for clients (KIP-590)
 
 Only cluster members talk to the controller: every request here needs a connection that proved
 the cluster credential, forwarded topic requests included (a client must go through a broker),
@@ -32,7 +33,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from actors.controller.acls import CreateAcls, DeleteAcls
 from actors.controller.channel import ChannelConfig, ControllerChannelManager
+from actors.controller.client_quotas import AlterClientQuotas
 from actors.controller.controller import ControllerActor
 from actors.controller.messages import (
     AllocateProducerIds,
@@ -48,6 +51,7 @@ from actors.controller.messages import (
     IncrementalAlterConfigs,
     RegisterBroker,
 )
+from actors.controller.scram_credentials import AlterUserScramCredentials
 from runtime.actor import Actor, Ask
 from runtime.clock import Clock
 from runtime.log.metadata_log import MetadataLog
@@ -90,12 +94,18 @@ class ControllerNode:
         channel_config: ChannelConfig | None = None,
         rng: random.Random | None = None,
         metrics_port: int = METRICS_DISABLED,
+        broker_transport: Transport | None = None,
     ) -> None:
+        """`transport` serves the controller's listener; `broker_transport` (default: the
+        same) dials the brokers' inter-broker listener (they differ when only one is TLS)."""
         self.config = config
         self.failed = asyncio.Event()
         self.store = MetadataLog(metadata_dir)
         self.channels = ControllerChannelManager(
-            transport=transport, clock=clock, credential=cluster_secret, config=channel_config
+            transport=broker_transport or transport,
+            clock=clock,
+            credential=cluster_secret,
+            config=channel_config,
         )
         self.actor = ControllerActor(
             config,
@@ -116,6 +126,10 @@ class ControllerNode:
             ApiKey.CREATE_PARTITIONS: self._forward(CreatePartitions),
             ApiKey.INCREMENTAL_ALTER_CONFIGS: self._forward(IncrementalAlterConfigs),
             ApiKey.DESCRIBE_CLUSTER: self._describe_cluster,
+            ApiKey.CREATE_ACLS: self._forward(CreateAcls),
+            ApiKey.DELETE_ACLS: self._forward(DeleteAcls),
+            ApiKey.ALTER_CLIENT_QUOTAS: self._forward(AlterClientQuotas),
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self._forward(AlterUserScramCredentials),
         }
         self.server = Server(
             transport,

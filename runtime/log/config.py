@@ -93,6 +93,24 @@ class LogConfig:
         default="delete",
         metadata=property_metadata("cleanup.policy", "log.cleanup.policy", parse=_policy_property),
     )
+    # Compaction (Kafka's names and defaults; the broker-level names are the log.cleaner.* ones).
+    # The live cleaner (runtime/log/cleaner/) reads them per log; the offline job has its own.
+    min_compaction_lag_ms: int = field(
+        default=0,
+        metadata=property_metadata("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms"),
+    )
+    max_compaction_lag_ms: int = field(
+        default=LONG_MAX,
+        metadata=property_metadata("max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms"),
+    )
+    min_cleanable_dirty_ratio: float = field(
+        default=0.5,
+        metadata=property_metadata("min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio"),
+    )
+    delete_retention_ms: int = field(
+        default=86_400_000,
+        metadata=property_metadata("delete.retention.ms", "log.cleaner.delete.retention.ms"),
+    )
 
     def __post_init__(self) -> None:
         # segment.bytes must hold at least a batch header; index files at least one entry.
@@ -126,6 +144,27 @@ class LogConfig:
             "cleanup.policy",
             self.cleanup_policy,
             f"one of {sorted(_CLEANUP_POLICIES)}",
+        )
+        _check(
+            self.min_compaction_lag_ms >= 0,
+            "min.compaction.lag.ms",
+            self.min_compaction_lag_ms,
+            ">= 0",
+        )
+        _check(
+            self.max_compaction_lag_ms >= 1,
+            "max.compaction.lag.ms",
+            self.max_compaction_lag_ms,
+            ">= 1",
+        )
+        _check(
+            0.0 <= self.min_cleanable_dirty_ratio <= 1.0,
+            "min.cleanable.dirty.ratio",
+            self.min_cleanable_dirty_ratio,
+            "in [0, 1]",
+        )
+        _check(
+            self.delete_retention_ms >= 0, "delete.retention.ms", self.delete_retention_ms, ">= 0"
         )
 
     @property

@@ -28,7 +28,8 @@ Two append paths, both storing batches byte-for-byte:
 * `append_as_follower` validates structure and CRC and checks that offsets start at or above the
   LEO and increase, then appends the bytes unchanged.
 
-Segments leaving the log (retention, truncation) are renamed ``*.deleted`` at once and their files
+Segments leaving the log (retention, truncation, the live cleaner's swap of cleaned segments,
+`replace_cleaned_segments`) are renamed ``*.deleted`` at once and their files
 removed later by the owner or the log manager (`take_deleted_segments`), after
 ``file.delete.delay.ms``; a crash in between leaves ``.deleted`` files that loading removes.
 """
@@ -217,6 +218,15 @@ class Log:
     @property
     def high_watermark(self) -> int:
         return self._high_watermark
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    @property
+    def closed(self) -> bool:
+        """Closed or deleted: its segments serve nothing any more."""
+        return self._closed
 
     @property
     def active_segment(self) -> LogSegment:
@@ -673,6 +683,22 @@ class Log:
             segment.close_handles()
             segment.change_suffix(segment.suffix, DELETED_SUFFIX)
             self._deleted.append((due_ms, segment))
+
+    def replace_cleaned_segments(
+        self, old: Sequence[LogSegment], new: Sequence[LogSegment]
+    ) -> None:
+        """Swap in cleaned segments (the live cleaner, runtime/log/cleaner/swap.py, which checks
+        and renames the files): `old` are the log's first segments, never the active one, and
+        `new` cover the same offsets. The old ones are retired as retention retires segments:
+        renamed ``.deleted`` now, unlinked after file.delete.delay.ms."""
+        count = len(old)
+        assert 0 < count < len(self._segments), (count, len(self._segments))
+        assert all(a is b for a, b in zip(old, self._segments, strict=False)), old
+        assert new, old
+        assert new[0].base_offset == old[0].base_offset, (new, old)
+        self._retire(old)
+        self._segments[:count] = list(new)
+        self._bases[:count] = [s.base_offset for s in new]
 
     def take_deleted_segments(self, *, due_only: bool = True) -> list[LogSegment]:
         """Hand over retired segments whose deletion delay has passed (all with due_only=False)."""

@@ -10,7 +10,10 @@ Order of work (Kafka's LogLoader):
    ``[min swap base offset, max swap next offset)`` is an old segment being replaced and is
    deleted, then each ``.swap`` suffix is dropped. Hence an offline compaction installed with the
    swap protocol (write ``.cleaned``, rename to ``.swap``, rename old segments to ``.deleted``,
-   drop ``.swap``) never leaves a mix of old and new segments, wherever it is interrupted.
+   drop ``.swap``) never leaves a mix of old and new segments, wherever it is interrupted; nor
+   does a running broker's cleaner (runtime/log/cleaner/swap.py), whose swaps follow the same
+   steps in a directory that also holds the active segment and later ones: they lie above the
+   swapped range, which ends at or below the old range's end.
 3. Segments. Every ``.log`` file becomes a segment; index files (``.index``, ``.timeindex``,
    ``.txnindex``) without a ``.log`` are removed. A segment whose offset or time index file is
    missing, or whose index files fail `sanity_check()`, is recovered (revalidated, indexes

@@ -61,6 +61,16 @@ class Call:
     origin: object = None
 
 
+class CloseAfterAnswer(Exception):
+    """Raised by `Dialect.admit`: write `answer` (after every answer owed before it), then close
+    the connection; nothing more is read from it. A refused SASL authentication is answered
+    (Kafka's SASL_AUTHENTICATION_FAILED) and then the connection closes, as Kafka's does."""
+
+    def __init__(self, answer: Answer, reason: str) -> None:
+        super().__init__(reason)
+        self.answer = answer
+
+
 class Dialect(Protocol):
     """One connection's protocol: cuts requests out of frames and frames their answers.
 
@@ -71,6 +81,10 @@ class Dialect(Protocol):
     answer (None: no response, b""); `error(call, code)` frames an error answer for a handler
     that failed. A dialect object serves one connection (it may hold that connection's session
     state, such as the native SASL exchange).
+
+    A dialect may also have `max_frame_bytes() -> int | None`: the largest frame it accepts
+    next (None: socket.request.max.bytes), asked after each frame it admits (the Kafka
+    listener's pre-authentication limit). It may raise `CloseAfterAnswer` from `admit`.
     """
 
     def admit(self, frame: memoryview) -> Answer | Call: ...

@@ -186,7 +186,11 @@ class FetchSession:
             partitions[key] = partitions.pop(key)
         if rotated:
             self._request_topics = None
-        return FetchResponse(error_code=response.error_code, responses=answered)
+        return FetchResponse(
+            error_code=response.error_code,
+            throttle_time_ms=response.throttle_time_ms,
+            responses=answered,
+        )
 
 
 class FetchContext:

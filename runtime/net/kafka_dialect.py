@@ -22,10 +22,19 @@ into the session's full native request (or answers a session error at once) and 
 only the partitions the session's client must be told of. Both run on the loop thread, the
 cache's owner. Without a cache every Fetch is answered in full, with session id 0.
 
-Kafka connections never authenticate here: no control-plane API is reachable through this
-listener (none is in `wire.kafka.apis.APIS`), and `RequestContext.cluster_member` is False.
+Kafka connections never prove the cluster credential here: no control-plane API is reachable
+through this listener (none is in `wire.kafka.apis.APIS`), and `RequestContext.cluster_member`
+is False. On a listener whose security protocol is SASL_PLAINTEXT or SASL_SSL (a `KafkaSasl`
+given), each connection authenticates first (runtime/net/sasl.py has the states and mechanisms):
+before that only ApiVersions, SaslHandshake v1 and SaslAuthenticate v0-2 are admitted, any
+other request closes the connection (logged, as Kafka's IllegalSaslStateException), a frame
+over sasl.server.max.receive.size closes it before its body is read (`max_frame_bytes`), and a
+refused mechanism or failed authentication is answered and then closes it
+(`CloseAfterAnswer`). SaslHandshake and SaslAuthenticate are answered synchronously in the
+reader, so a request pipelined behind the last SaslAuthenticate already runs as the
+authenticated principal (`RequestContext.principal`, `User:NAME`).
 `KafkaProtocol` holds what the listener's connections share; each connection's `KafkaDialect`
-knows only its peer.
+knows its peer and its SASL state.
 """
 
 from __future__ import annotations
@@ -33,12 +42,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
+from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.static.constants import EntityType
 
-from runtime.net.dialect import Answer, Call, Handler, RequestContext
+from runtime.net.dialect import Answer, Call, CloseAfterAnswer, Handler, RequestContext
 from runtime.net.fetch_session import FetchContext, FetchSessionCache, error_answer
+from runtime.net.sasl import (
+    SaslEvent,
+    SaslReply,
+    SaslServerAuthenticator,
+    ScramCredentialSource,
+)
+from runtime.net.security_protocol import ANONYMOUS_PRINCIPAL
 from runtime.net.server import Server
 from runtime.net.transport import Stream
 from wire.error_responses import error_response
@@ -68,6 +85,28 @@ from wire.messages import (
 
 _log = logging.getLogger(__name__)
 
+# The SASL APIs a SASL listener serves and advertises: SaslHandshake v1 only (v0's unframed
+# tokens are refused, see runtime/net/sasl.py), SaslAuthenticate v0-2.
+SASL_HANDSHAKE_RANGE: Final = (1, 1)
+SASL_AUTHENTICATE_RANGE: Final = (0, 2)
+_SASL_EVENTS: Final = {
+    int(ApiKey.API_VERSIONS): SaslEvent.API_VERSIONS,
+    int(ApiKey.SASL_HANDSHAKE): SaslEvent.HANDSHAKE,
+    int(ApiKey.SASL_AUTHENTICATE): SaslEvent.AUTHENTICATE,
+}
+_SASL_API_KEYS: Final = frozenset({int(ApiKey.SASL_HANDSHAKE), int(ApiKey.SASL_AUTHENTICATE)})
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaSasl:
+    """A SASL listener's settings: the enabled mechanisms, PLAIN's users, where SCRAM
+    credentials come from, and the largest frame before authentication."""
+
+    mechanisms: tuple[str, ...]
+    plain_users: Mapping[str, str]
+    scram_credentials: ScramCredentialSource
+    max_receive_size: int
+
 
 class KafkaProtocol:
     """What every Kafka connection of one listener shares: the handlers (by API key, native
@@ -78,10 +117,12 @@ class KafkaProtocol:
         handlers: Mapping[int, Handler],
         topics: TopicIds,
         fetch_sessions: FetchSessionCache | None = None,
+        sasl: KafkaSasl | None = None,
     ) -> None:
         self.handlers = dict(handlers)
         self.topics = topics
         self.fetch_sessions = fetch_sessions
+        self.sasl = sasl
         self.apis = {key: api for key, api in APIS.items() if self._servable(api)}
 
     def _servable(self, api: KafkaApi) -> bool:
@@ -93,18 +134,94 @@ class KafkaProtocol:
 
 
 class KafkaDialect:
-    """One Kafka connection (its only state is who the peer is, and on which listener)."""
+    """One Kafka connection: its peer, its listener, and (on a SASL listener) its SASL state."""
 
     def __init__(self, protocol: KafkaProtocol, peer: str, listener: str) -> None:
         self.protocol = protocol
         self.peer = peer
         self.listener = listener
+        self.principal = ANONYMOUS_PRINCIPAL
+        sasl = protocol.sasl
+        self.sasl = (
+            None
+            if sasl is None
+            else SaslServerAuthenticator(
+                sasl.mechanisms, sasl.plain_users, sasl.scram_credentials, peer=peer
+            )
+        )
+
+    def max_frame_bytes(self) -> int | None:
+        """sasl.server.max.receive.size until the connection has authenticated."""
+        sasl = self.protocol.sasl
+        if sasl is None or self.sasl is None or self.sasl.authenticated:
+            return None
+        return sasl.max_receive_size
 
     # -- admitting a frame ------------------------------------------------------------------------
 
     def admit(self, frame: memoryview) -> Answer | Call:
-        protocol = self.protocol
         prefix = read_prefix(frame)
+        sasl = self.sasl
+        if sasl is not None and (not sasl.authenticated or prefix.api_key in _SASL_API_KEYS):
+            return self._admit_sasl(frame, prefix, sasl)
+        return self._admit(frame, prefix)
+
+    def _admit_sasl(
+        self, frame: memoryview, prefix: RequestPrefix, sasl: SaslServerAuthenticator
+    ) -> Answer | Call:
+        event = _SASL_EVENTS.get(prefix.api_key, SaslEvent.REQUEST)
+        if event is SaslEvent.HANDSHAKE or event is SaslEvent.AUTHENTICATE:
+            return self._sasl_exchange(frame, prefix, sasl, event)
+        if not sasl.accepts(event):
+            raise KafkaFrameError(
+                f"Unexpected Kafka request of type {prefix.api_key} "
+                f"(v{prefix.api_version}) during SASL authentication"
+            )
+        return self._admit(frame, prefix)
+
+    def _sasl_exchange(
+        self,
+        frame: memoryview,
+        prefix: RequestPrefix,
+        sasl: SaslServerAuthenticator,
+        event: SaslEvent,
+    ) -> Answer:
+        low, high = (
+            SASL_HANDSHAKE_RANGE if event is SaslEvent.HANDSHAKE else SASL_AUTHENTICATE_RANGE
+        )
+        if not low <= prefix.api_version <= high:
+            raise KafkaFrameError(
+                f"{event.value} v{prefix.api_version} is not supported on the Kafka listener "
+                f"(v{low}-{high}; SaslHandshake v0's unframed tokens are not)"
+            )
+        body = decode_request(frame, prefix).body
+        response_cls = schema(prefix.api_key, prefix.api_version, EntityType.response)
+        if event is SaslEvent.HANDSHAKE:
+            reply = sasl.handshake(body.mechanism)
+            response = response_cls(
+                error_code=KioErrorCode(reply.error), mechanisms=tuple(sasl.mechanisms)
+            )
+        else:
+            reply = sasl.authenticate(body.auth_bytes)
+            response = response_cls(
+                error_code=KioErrorCode(reply.error),
+                error_message=reply.message,
+                auth_bytes=reply.auth_bytes,
+            )
+        answer = encode_response(prefix.correlation_id, response)
+        if sasl.authenticated and self.principal == ANONYMOUS_PRINCIPAL:
+            self.principal = sasl.principal or ANONYMOUS_PRINCIPAL
+            _log.debug("%s authenticated as %s", self.peer, self.principal)
+        return self._closing(answer, reply, event) if reply.close else answer
+
+    def _closing(self, answer: Answer, reply: SaslReply, event: SaslEvent) -> Answer:
+        if reply.error is ErrorCode.ILLEGAL_SASL_STATE:
+            # Out of order: Kafka closes without an answer (IllegalSaslStateException).
+            raise KafkaFrameError(f"unexpected {event.value} during SASL authentication")
+        raise CloseAfterAnswer(answer, f"{event.value}: {reply.error.name}: {reply.message}")
+
+    def _admit(self, frame: memoryview, prefix: RequestPrefix) -> Answer | Call:
+        protocol = self.protocol
         api = protocol.apis.get(prefix.api_key)
         if prefix.api_key == ApiKey.API_VERSIONS and not (api and api.serves(prefix.api_version)):
             return unsupported_api_versions(prefix.correlation_id, *API_VERSIONS_RANGE)
@@ -164,14 +281,18 @@ class KafkaDialect:
             correlation_id=prefix.correlation_id,
             cluster_member=False,
             listener=self.listener,
+            principal=self.principal,
         )
 
     def api_versions(self, response_cls: type[Any]) -> Any:
-        apis = sorted(self.protocol.apis.values(), key=lambda api: api.key)
+        ranges = {int(api.key): (api.low, api.high) for api in self.protocol.apis.values()}
+        if self.sasl is not None:
+            ranges[int(ApiKey.SASL_HANDSHAKE)] = SASL_HANDSHAKE_RANGE
+            ranges[int(ApiKey.SASL_AUTHENTICATE)] = SASL_AUTHENTICATE_RANGE
         served = ApiVersionsResponse(
             api_keys=[
-                ApiVersionsResponseKey(api_key=api.key, min_version=api.low, max_version=api.high)
-                for api in apis
+                ApiVersionsResponseKey(api_key=key, min_version=low, max_version=high)
+                for key, (low, high) in sorted(ranges.items())
             ]
         )
         return to_kio(served, response_cls)

@@ -6,7 +6,19 @@ UNSUPPORTED_VERSION; a body that does not match its fields, INVALID_REQUEST; a c
 on an unauthenticated connection, CLUSTER_AUTHORIZATION_FAILED. SaslHandshake (17) and
 SaslAuthenticate (36) are answered here, synchronously in the reader, so a request pipelined
 behind the final SaslAuthenticate already sees the connection authenticated (`runtime.net.auth`
-has the exchange). One `NativeDialect` serves one connection and holds its SASL state.
+has the exchange). One `NativeDialect` serves one connection and holds its SASL state
+(`runtime.net.native_sasl.NativeAuthentication`).
+
+On a native listener whose security protocol is SASL_PLAINTEXT or SASL_SSL (`native_dialect(
+sasl)`), users log in with sasl.enabled.mechanisms as on the Kafka listener, and the cluster
+credential stays for node-to-node traffic (runtime/net/native_sasl.py). Until the connection has
+authenticated, a request other than ApiVersions is answered ILLEGAL_SASL_STATE (the native
+dialect answers what it will not serve, where Kafka's closes the connection; the answer tells
+ketch's client why instead of a lost connection it would retry), a frame over
+sasl.server.max.receive.size closes the connection (`max_frame_bytes`), and a failed user login
+is answered SASL_AUTHENTICATION_FAILED and then closes it. A control-plane API from a connection
+that is not a cluster member is CLUSTER_AUTHORIZATION_FAILED whoever logged in.
+`RequestContext.principal` is `User:NAME` once a user has logged in, else User:ANONYMOUS.
 """
 
 from __future__ import annotations
@@ -14,9 +26,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Final
 
-from runtime.net import auth
-from runtime.net.auth import ServerAuthenticator
-from runtime.net.dialect import Answer, Call, RequestContext
+from runtime.net.dialect import Answer, Call, CloseAfterAnswer, DialectFactory, RequestContext
+from runtime.net.native_sasl import NativeAuthentication, NativeSasl
+from runtime.net.sasl import SaslReply
 from runtime.net.transport import Stream
 from wire.envelope import (
     LARGE_BIN_BYTES,
@@ -68,10 +80,14 @@ def _carries_large_records(response: FetchResponse) -> bool:
 class NativeDialect:
     """ketch's own protocol (msgpack envelopes) with the cluster-credential SASL exchange."""
 
-    def __init__(self, server: Server, stream: Stream) -> None:
+    def __init__(self, server: Server, stream: Stream, *, sasl: NativeSasl | None = None) -> None:
         self.server = server
         self.peer = stream.peer
-        self.authenticator = ServerAuthenticator(server.cluster_secret)
+        self.authentication = NativeAuthentication(server.cluster_secret, sasl, stream.peer)
+        self.authenticator = self.authentication.cluster  # the cluster credential's exchange
+
+    def max_frame_bytes(self) -> int | None:
+        return self.authentication.max_frame_bytes()
 
     def admit(self, frame: memoryview) -> Answer | Call:
         envelope = decode_request(frame)
@@ -82,8 +98,11 @@ class NativeDialect:
             return _response_frame(correlation_id, error_body(ErrorCode.UNSUPPORTED_VERSION))
         api_key = envelope.api_key
         is_sasl = api_key in _SASL_API_KEYS
-        if api_key in CONTROL_PLANE_API_KEYS and not self.authenticator.authenticated:
+        authentication = self.authentication
+        if api_key in CONTROL_PLANE_API_KEYS and not authentication.cluster_member:
             return _error_frame(request_cls, correlation_id, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        if not is_sasl and not authentication.admits(api_key):
+            return _error_frame(request_cls, correlation_id, ErrorCode.ILLEGAL_SASL_STATE)
         handler = self.server.handler_for(api_key)
         if handler is None and not is_sasl:
             return _response_frame(correlation_id, error_body(ErrorCode.UNSUPPORTED_VERSION))
@@ -93,7 +112,7 @@ class NativeDialect:
             _log.info("malformed request from %s: %s", self.peer, exc)
             return _error_frame(request_cls, correlation_id, ErrorCode.INVALID_REQUEST)
         if is_sasl:
-            return _response_frame(correlation_id, self.authenticate(request).to_body())
+            return self._sasl_answer(correlation_id, request)
         assert handler is not None
         context = RequestContext(
             peer=self.peer,
@@ -101,8 +120,9 @@ class NativeDialect:
             api_key=api_key,
             api_version=envelope.api_version,
             correlation_id=correlation_id,
-            cluster_member=self.authenticator.authenticated,
+            cluster_member=authentication.cluster_member,
             listener=self.server.listener,
+            principal=authentication.principal,
         )
         return Call(handler, request, context)
 
@@ -118,17 +138,36 @@ class NativeDialect:
     def error(self, call: Call, code: ErrorCode) -> bytes:
         return _error_frame(type(call.request), call.context.correlation_id, code)
 
-    def authenticate(self, request: Request) -> Response:
+    def _sasl_answer(self, correlation_id: int, request: Request) -> bytes:
+        response, reply = self.authenticate(request)
+        frame = _response_frame(correlation_id, response.to_body())
+        if reply.close:
+            name = type(request).__name__
+            raise CloseAfterAnswer(frame, f"{name}: {reply.error.name}: {reply.message}")
+        return frame
+
+    def authenticate(self, request: Request) -> tuple[Response, SaslReply]:
+        """The answer to a SaslHandshake / SaslAuthenticate, and whether to close after it."""
+        authentication = self.authentication
         if isinstance(request, SaslHandshakeRequest):
-            code = self.authenticator.handshake(request.mechanism)
-            return SaslHandshakeResponse(error_code=code, mechanisms=self.authenticator.mechanisms)
+            reply = authentication.handshake(request.mechanism)
+            mechanisms = authentication.mechanisms
+            return SaslHandshakeResponse(error_code=reply.error, mechanisms=mechanisms), reply
         assert isinstance(request, SaslAuthenticateRequest)
-        code, auth_bytes = self.authenticator.authenticate(request.auth_bytes)
-        if code is ErrorCode.NONE:
-            return SaslAuthenticateResponse(auth_bytes=auth_bytes)
-        _log.warning("cluster credential rejected for %s: %s", self.peer, code.name)
-        message = f"{auth.MECHANISM} exchange failed ({code.name}); open a new connection"
-        return SaslAuthenticateResponse(error_code=code, error_message=message)
+        reply = authentication.authenticate(request.auth_bytes)
+        response = SaslAuthenticateResponse(
+            error_code=reply.error, error_message=reply.message, auth_bytes=reply.auth_bytes
+        )
+        return response, reply
+
+
+def native_dialect(sasl: NativeSasl | None) -> DialectFactory:
+    """The `DialectFactory` of a native listener; `sasl` on a SASL_PLAINTEXT / SASL_SSL one."""
+
+    def build(server: Server, stream: Stream) -> NativeDialect:
+        return NativeDialect(server, stream, sasl=sasl)
+
+    return build
 
 
 def _error_frame(request_cls: type[Request], correlation_id: int, code: ErrorCode) -> bytes:

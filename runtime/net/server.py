@@ -24,6 +24,9 @@ Both protocols frame requests with a 4-byte big-endian length. Per connection:
   reservation is given back when the handler has answered. Connections beyond max.connections,
   or beyond max.connections.per.ip from one address, are closed as they arrive
   (runtime/net/server_config.py has the settings).
+* **Throttled connections** (client quotas, KIP-219): after a handler's answer carries
+  `throttle_time_ms` > 0, the connection is muted: no further request is read from it until
+  that time has passed on the injected clock (`_Connection.mute`).
 * **Idle connections** (no bytes received and nothing outstanding for connections.max.idle.ms on
   the injected clock) are closed. One alarm per idle period, re-armed lazily, so a busy
   connection costs no timer work per request.
@@ -40,8 +43,12 @@ Both protocols frame requests with a 4-byte big-endian length. Per connection:
 
 SaslHandshake (17) and SaslAuthenticate (36) are answered by the native dialect, synchronously in
 the reader, so a request pipelined behind the final SaslAuthenticate already sees the connection
-authenticated (see `runtime.net.auth` for the exchange). ApiVersions (18) is answered from the
-registered handlers unless a handler for it is given.
+authenticated (see `runtime.net.auth` for the exchange); the Kafka dialect does the same for SASL
+on a SASL listener (runtime/net/sasl.py). A dialect may cap the next frame below
+socket.request.max.bytes (`max_frame_bytes()`, asked after each frame it admits: the Kafka
+listener's sasl.server.max.receive.size before authentication), and may end a connection after
+one last answer (`CloseAfterAnswer`: a refused login is answered, then closed). ApiVersions (18)
+is answered from the registered handlers unless a handler for it is given.
 
 An optional request observer (`request_observer(request, elapsed_ns)`, the broker's latency
 histograms) is called once per request a handler served, when its response is ready: elapsed is
@@ -64,7 +71,14 @@ from typing import Any
 
 from runtime.clock import NS_PER_MS, Alarm, Clock
 from runtime.net.auth import ServerAuthenticator
-from runtime.net.dialect import Answer, Call, DialectFactory, Handler, RequestContext
+from runtime.net.dialect import (
+    Answer,
+    Call,
+    CloseAfterAnswer,
+    DialectFactory,
+    Handler,
+    RequestContext,
+)
 from runtime.net.native_dialect import NativeDialect
 from runtime.net.request_pool import RequestMemoryPool
 from runtime.net.server_config import ServerConfig as ServerConfig  # re-exported: its old home
@@ -118,6 +132,16 @@ class _Connection:
         # wait for it while the pool is short.
         self.reserved = 0
         self.reserving: asyncio.Future[None] | None = None
+        # Client quotas (KIP-219): after an answer with throttle_time_ms > 0 the connection is
+        # not read until then (Kafka mutes the channel), so a client that ignores the throttle
+        # time is held back all the same. 0: not muted.
+        self.muted_until_ns = 0
+        self.unmute_waiter: asyncio.Future[None] | None = None
+        # The dialect's own frame limit, if it has one (see runtime/net/dialect.py's Dialect).
+        self.frame_limit: Callable[[], int | None] | None = getattr(
+            self.dialect, "max_frame_bytes", None
+        )
+        self.apply_frame_limit()
 
     # reading
 
@@ -125,6 +149,9 @@ class _Connection:
         self.arm_idle_alarm()
         try:
             await self.read_loop()
+        except CloseAfterAnswer as exc:
+            _log.info("closing connection from %s after answering: %s", self.stream.peer, exc)
+            await self.answer_last(exc.answer)
         except ProtocolError as exc:
             # Framing or envelope is broken: nothing after this point can be trusted.
             _log.warning("closing connection from %s: %s", self.stream.peer, exc)
@@ -144,6 +171,8 @@ class _Connection:
         decoder = self.decoder
         stream = self.stream
         while True:
+            if self.muted_until_ns and not await self.wait_unmuted():
+                return
             # A frame's memory before its body: while the pool is short this connection is not
             # read. (reserve() is False when the connection was closed while it waited.)
             announced = 0 if self.reserved else decoder.incomplete_frame_size()
@@ -164,12 +193,57 @@ class _Connection:
                     # No new requests once stopping; answer what is outstanding, then close.
                     await self.wait_drained()
                     return
+                # A throttled client's next request waits out its throttle time here.
+                if self.muted_until_ns and not await self.wait_unmuted():
+                    return
                 frame = decoder.next_frame()
                 if frame is None:
                     break
                 self.dispatch(frame)
             if self.pending and self.pending[0].frame is not None and not self.flushing:
                 await self.flush()
+
+    async def answer_last(self, answer: Answer) -> None:
+        """Write `answer` behind every answer owed before it (the reader reads no more)."""
+        self.pending.append(_Slot(answer))
+        if not self.flushing and self.pending[0].frame is not None:
+            await self.flush()
+        await self.wait_drained()
+
+    def apply_frame_limit(self) -> None:
+        if self.frame_limit is None:
+            return
+        cap = self.server.config.socket_request_max_bytes
+        limit = self.frame_limit()
+        self.decoder.max_frame_bytes = cap if limit is None else min(cap, limit)
+
+    def mute(self, throttle_time_ms: int) -> None:
+        """Read no further request until `throttle_time_ms` from now have passed on the clock
+        (KIP-219; Kafka mutes from the moment the throttled answer is sent, here from the
+        moment it is ready, which is the same instant unless writes are backed up). Requests
+        of a pipelined burst that were already dispatched are not held back: Kafka reads one
+        request at a time per connection, ketch serves a burst concurrently."""
+        until_ns = self.server.clock.monotonic_ns() + throttle_time_ms * NS_PER_MS
+        self.muted_until_ns = max(self.muted_until_ns, until_ns)
+
+    async def wait_unmuted(self) -> bool:
+        """Wait until the mute has passed; False when close() ended the wait."""
+        clock = self.server.clock
+        while not self.closed and clock.monotonic_ns() < self.muted_until_ns:
+            waiter = self.unmute_waiter = asyncio.get_running_loop().create_future()
+
+            def wake(waiter: asyncio.Future[None] = waiter) -> None:
+                if not waiter.done():
+                    waiter.set_result(None)
+
+            alarm = clock.call_at_ns(self.muted_until_ns, wake)
+            try:
+                await waiter
+            finally:
+                alarm.cancel()
+                self.unmute_waiter = None
+        self.muted_until_ns = 0
+        return not self.closed
 
     async def reserve(self, size: int) -> bool:
         """Reserve pool memory for the frame being received; False when close() ended the
@@ -214,6 +288,7 @@ class _Connection:
         except BaseException:
             server.request_pool.release(held)
             raise
+        self.apply_frame_limit()
         if not isinstance(admitted, Call):
             server.request_pool.release(held)
             self.pending.append(_Slot(admitted))
@@ -231,7 +306,10 @@ class _Connection:
         try:
             # None: the request gets no response (Kafka's Produce with acks=0); its slot still
             # keeps its place so later responses are not written ahead of earlier ones.
-            frame = self.dialect.encode(call, await call.handler(call.request, call.context))
+            response = await call.handler(call.request, call.context)
+            frame = self.dialect.encode(call, response)
+            if response is not None and response.throttle_time_ms > 0:
+                self.mute(response.throttle_time_ms)
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if current is not None and current.cancelling():
@@ -354,6 +432,8 @@ class _Connection:
         self.closed = True
         if self.reserving is not None:
             self.reserving.cancel()  # a muted reader: nothing else would wake it
+        if self.unmute_waiter is not None and not self.unmute_waiter.done():
+            self.unmute_waiter.set_result(None)  # a throttled reader, likewise
         if self.reserved:
             self.server.request_pool.release(self.reserved)
             self.reserved = 0

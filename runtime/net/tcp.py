@@ -14,7 +14,11 @@ Flow control in both directions:
   the transport has paused writing (its buffer is above its high-water mark).
 
 TLS is the standard `ssl` module's: pass an `ssl.SSLContext` for the server side, the client
-side, or both. The handshake completes before a stream is handed out.
+side, or both (runtime/net/tls.py builds them from Kafka's ssl.* properties). The handshake
+completes before a stream is handed out; one that fails or stalls (garbage bytes, a plaintext
+request on a TLS port) ends that connection only. A TLS stream tells its negotiated version
+(`tls_version`) and, when the client sent a certificate, Kafka's principal for it
+(`tls_principal`, `User:` + the subject's RFC 2253 name).
 
 Source address. By default the kernel picks the local address of an outgoing connection. A node
 given `connections.source.host` (`SOURCE_HOST_KEY`, an IP literal) binds every connection it
@@ -91,6 +95,16 @@ def _format_peer(peername: object) -> str:
     if isinstance(peername, tuple) and len(peername) >= 2:
         return str(Address(str(peername[0]), int(peername[1])))
     return str(peername)
+
+
+def tls_principal_of(certificate_der: bytes) -> str:
+    """`User:` + the subject of a DER certificate in RFC 2253 form, as Kafka's default
+    principal builder names an SSL client (most specific attribute first: CN=..,OU=..,O=..)."""
+    # Imported here: only a TLS connection with a client certificate needs the parser.
+    from cryptography import x509
+
+    subject = x509.load_der_x509_certificate(certificate_der).subject
+    return "User:" + subject.rfc4514_string()
 
 
 class _StreamProtocol(asyncio.BufferedProtocol):
@@ -251,6 +265,18 @@ class TcpStream:
         """The negotiated TLS version (`"TLSv1.3"`), or None on a plain TCP connection."""
         ssl_object = self._transport.get_extra_info("ssl_object")
         return ssl_object.version() if isinstance(ssl_object, ssl.SSLObject) else None
+
+    @property
+    def tls_principal(self) -> str | None:
+        """Kafka's default principal of a TLS client that presented a certificate: `User:` and
+        the certificate's subject as an RFC 2253 string (`User:CN=alice,OU=eng`); None on a
+        plain connection or when the peer sent none (ssl.client.auth none or requested)."""
+        ssl_object = self._transport.get_extra_info("ssl_object")
+        # On a connection this side opened the peer's certificate is a server's, not a client's.
+        if not isinstance(ssl_object, ssl.SSLObject) or not ssl_object.server_side:
+            return None
+        der = ssl_object.getpeercert(binary_form=True)
+        return None if der is None else tls_principal_of(der)
 
     async def receive(self) -> bytes:
         protocol = self._protocol

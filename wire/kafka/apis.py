@@ -68,16 +68,25 @@ from wire.messages import (
     AddPartitionsToTxnResponse,
     AddPartitionsToTxnTopic,
     AddPartitionsToTxnTransaction,
+    AlterClientQuotasRequest,
+    AlterUserScramCredentialsRequest,
     ApiKey,
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupHeartbeatRequest,
+    CreateAclsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
+    DeleteAclsRequest,
     DeleteGroupsRequest,
     DeleteTopicsRequest,
+    DescribeAclsRequest,
+    DescribeClientQuotasRequest,
     DescribeClusterRequest,
     DescribeConfigsRequest,
     DescribeGroupsRequest,
     DescribeProducersRequest,
     DescribeTransactionsRequest,
+    DescribeUserScramCredentialsRequest,
     EndTxnRequest,
     FetchPartition,
     FetchRequest,
@@ -501,7 +510,8 @@ APIS: Final[dict[int, KafkaApi]] = {
             request_hook=_leave_group_request,
             response_hook=_leave_group_response,
         ),
-        KafkaApi(ApiKey.OFFSET_COMMIT, 2, 8, OffsetCommitRequest),
+        # v9 (KIP-848): a consumer group member commits with its member epoch.
+        KafkaApi(ApiKey.OFFSET_COMMIT, 2, 9, OffsetCommitRequest),
         KafkaApi(
             ApiKey.OFFSET_FETCH,
             1,
@@ -511,7 +521,8 @@ APIS: Final[dict[int, KafkaApi]] = {
             response_hook=_offset_fetch_response,
         ),
         KafkaApi(ApiKey.DESCRIBE_GROUPS, 0, 5, DescribeGroupsRequest),
-        KafkaApi(ApiKey.LIST_GROUPS, 0, 4, ListGroupsRequest),
+        # v5 (KIP-848): a types filter, and each group's type (classic or consumer).
+        KafkaApi(ApiKey.LIST_GROUPS, 0, 5, ListGroupsRequest),
         KafkaApi(
             ApiKey.DELETE_GROUPS,
             0,
@@ -569,5 +580,33 @@ APIS: Final[dict[int, KafkaApi]] = {
             response_hook=_errors_per_item,
         ),
         KafkaApi(ApiKey.LIST_TRANSACTIONS, 0, 1, ListTransactionsRequest),
+        # Consumer groups of the new protocol (KIP-848, actors/group/consumer_heartbeat.py):
+        # v1 adds the regex subscription and has the client name its member id (KIP-1082).
+        KafkaApi(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1, ConsumerGroupHeartbeatRequest),
+        KafkaApi(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1, ConsumerGroupDescribeRequest),
+        # ACLs (actors/acl): v0 has no pattern type (v1's, KIP-290, is what clients send).
+        KafkaApi(ApiKey.DESCRIBE_ACLS, 1, 3, DescribeAclsRequest),
+        KafkaApi(ApiKey.CREATE_ACLS, 1, 3, CreateAclsRequest),
+        KafkaApi(ApiKey.DELETE_ACLS, 1, 3, DeleteAclsRequest),
+        # SCRAM credentials (node/broker/scram_credentials.py); Alter answers per user.
+        KafkaApi(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0, DescribeUserScramCredentialsRequest),
+        KafkaApi(
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+            0,
+            0,
+            AlterUserScramCredentialsRequest,
+            request_hook=_kept_as_note(AlterUserScramCredentialsRequest),
+            response_hook=_errors_per_item,
+        ),
+        # Client quotas (node/broker/quotas.py); Alter answers per entity.
+        KafkaApi(ApiKey.DESCRIBE_CLIENT_QUOTAS, 0, 1, DescribeClientQuotasRequest),
+        KafkaApi(
+            ApiKey.ALTER_CLIENT_QUOTAS,
+            0,
+            1,
+            AlterClientQuotasRequest,
+            request_hook=_kept_as_note(AlterClientQuotasRequest),
+            response_hook=_errors_per_item,
+        ),
     )
 }

@@ -42,7 +42,7 @@ Response (FetchResponse.json; header v0, v1 from v12):
                            int64], v11+: preferred read replica int32, records nullable]]
 
 What the native response does not carry is sent as Kafka sends it when unset, as the general
-path does: throttle time 0, preferred read replica -1, and none of the v12+ tagged fields
+path does: preferred read replica -1, and none of the v12+ tagged fields
 (diverging epoch, current leader, snapshot id, node endpoints). The session id is the caller's
 (`encode_fetch_response(..., session_id)`; 0, no session, unless it says otherwise).
 
@@ -104,7 +104,6 @@ _PARTITION_V5: Final[_PartitionLayout] = (struct.Struct(">iqqi"), None, 2)
 _PARTITION_V9: Final[_PartitionLayout] = (struct.Struct(">iiqqi"), 1, 3)
 _PARTITION_V12: Final[_PartitionLayout] = (struct.Struct(">iiqiqi"), 1, 4)  # + last fetched epoch
 
-_NO_THROTTLE: Final = I32.pack(0)  # ketch does not throttle
 _NO_SESSION: Final = 0  # a sessionless answer
 _SESSIONLESS_EPOCH: Final = -1  # with session id 0: a fetch outside any session
 _NO_PREFERRED_READ_REPLICA: Final = I32.pack(-1)
@@ -276,7 +275,7 @@ def encode_fetch_response(
     out += I32.pack(correlation_id)
     if flexible:
         out.append(NO_TAGGED_FIELDS)  # response header v1
-    out += _NO_THROTTLE
+    out += I32.pack(response.throttle_time_ms)  # client quotas (node/broker/quotas.py)
     if version >= _SESSIONS:
         out += _ERROR_AND_SESSION.pack(kafka_error_code(response.error_code), session_id)
     answers = _answers(version, response, note, topics)

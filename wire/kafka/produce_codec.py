@@ -20,7 +20,7 @@ compact strings, arrays and records, and tagged fields at the end of every struc
     response  responses [name string, partition responses [index int32, error code int16,
               base offset int64, log append time ms int64, v5+: log start offset int64,
               v8+: record errors [batch index int32, message nullable string], v8+: error
-              message nullable string]], throttle time ms int32
+              message nullable string]], throttle time ms int32 (the response's, client quotas)
 
 State: none.
 """
@@ -59,7 +59,6 @@ _RECORD_ERRORS: Final = 8  # ... with record errors and an error message
 
 _ACKS_TIMEOUT: Final = struct.Struct(">hi")
 _PARTITION_RESPONSE: Final = struct.Struct(">ihqq")  # index, error, base offset, append time
-_NO_THROTTLE: Final = I32.pack(0)  # ketch does not throttle: throttle time ms is always 0
 
 
 def decode_produce_request(
@@ -125,7 +124,7 @@ def encode_produce_response(correlation_id: int, version: int, response: Produce
             out.append(NO_TAGGED_FIELDS)
     # Kafka's ProduceResponse has no top-level error code: `response.error_code` is not sent
     # (the general path drops it the same way).
-    out += _NO_THROTTLE
+    out += I32.pack(response.throttle_time_ms)  # client quotas (node/broker/quotas.py)
     if flexible:
         out.append(NO_TAGGED_FIELDS)
     I32.pack_into(out, 0, len(out) - 4)

@@ -11,11 +11,16 @@ definitions live in modules by API group:
     control.py  LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown, AlterPartition,
                 BrokerRegistration, BrokerHeartbeat (cluster credential required)
     auth.py     SaslHandshake, SaslAuthenticate
+    acls.py     DescribeAcls, CreateAcls, DeleteAcls, and UpdateMetadata's ACL entries
+    quotas.py   DescribeClientQuotas, AlterClientQuotas, and UpdateMetadata's quota entries
+    scram.py    DescribeUserScramCredentials, AlterUserScramCredentials, and UpdateMetadata's
+                SCRAM credential entries
     producer.py InitProducerId, AllocateProducerIds (the latter cluster credential required)
     transactions.py  AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit,
                 DescribeProducers, DescribeTransactions, ListTransactions, and WriteTxnMarkers
                 (the last cluster credential required)
 
+    consumer_groups.py  ConsumerGroupHeartbeat, ConsumerGroupDescribe (KIP-848)
     groups.py   OffsetCommit, OffsetFetch, FindCoordinator, JoinGroup, Heartbeat, LeaveGroup,
                 SyncGroup, DescribeGroups, ListGroups, DeleteGroups, OffsetDelete (served once the
                 group coordinator exists)
@@ -23,6 +28,22 @@ definitions live in modules by API group:
 
 from __future__ import annotations
 
+from wire.messages.acls import (
+    AclCreation,
+    AclCreationResult,
+    AclDescription,
+    CreateAclsRequest,
+    CreateAclsResponse,
+    DeleteAclsFilter,
+    DeleteAclsFilterResult,
+    DeleteAclsMatchingAcl,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
+    DescribeAclsRequest,
+    DescribeAclsResource,
+    DescribeAclsResponse,
+    UpdateMetadataAcl,
+)
 from wire.messages.admin import (
     CreatableReplicaAssignment,
     CreatableTopic,
@@ -75,6 +96,18 @@ from wire.messages.base import (
     registered_requests,
     request_class,
     supported_versions,
+)
+from wire.messages.consumer_groups import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatAssignment,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+    ConsumerGroupTopicPartitions,
+    DescribedConsumerAssignment,
+    DescribedConsumerGroup,
+    DescribedConsumerGroupMember,
+    DescribedTopicPartitions,
 )
 from wire.messages.control import (
     LEADER_AND_ISR_FULL,
@@ -201,6 +234,26 @@ from wire.messages.producer import (
     InitProducerIdRequest,
     InitProducerIdResponse,
 )
+from wire.messages.quotas import (
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
+    UpdateMetadataClientQuota,
+)
+from wire.messages.scram import (
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
+    AlterUserScramCredentialsResult,
+    CredentialInfo,
+    DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
+    DescribeUserScramCredentialsResult,
+    ScramCredentialDeletion,
+    ScramCredentialUpsertion,
+    UpdateMetadataScramCredential,
+    UserName,
+)
 from wire.messages.transactions import (
     AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
@@ -252,6 +305,9 @@ __all__ = [
     "NO_PRODUCER_ID",
     "UUID_BYTES",
     "ZERO_UUID",
+    "AclCreation",
+    "AclCreationResult",
+    "AclDescription",
     "AddOffsetsToTxnRequest",
     "AddOffsetsToTxnResponse",
     "AddPartitionsToTxnPartitionResult",
@@ -263,6 +319,8 @@ __all__ = [
     "AddPartitionsToTxnTransaction",
     "AllocateProducerIdsRequest",
     "AllocateProducerIdsResponse",
+    "AlterClientQuotasRequest",
+    "AlterClientQuotasResponse",
     "AlterConfigsResource",
     "AlterConfigsResourceResponse",
     "AlterPartitionPartitionData",
@@ -271,6 +329,9 @@ __all__ = [
     "AlterPartitionResponse",
     "AlterPartitionTopicData",
     "AlterPartitionTopicResult",
+    "AlterUserScramCredentialsRequest",
+    "AlterUserScramCredentialsResponse",
+    "AlterUserScramCredentialsResult",
     "AlterableConfig",
     "ApiKey",
     "ApiVersionsRequest",
@@ -282,6 +343,12 @@ __all__ = [
     "BrokerRegistrationListener",
     "BrokerRegistrationRequest",
     "BrokerRegistrationResponse",
+    "ConsumerGroupDescribeRequest",
+    "ConsumerGroupDescribeResponse",
+    "ConsumerGroupHeartbeatAssignment",
+    "ConsumerGroupHeartbeatRequest",
+    "ConsumerGroupHeartbeatResponse",
+    "ConsumerGroupTopicPartitions",
     "ControlledShutdownRequest",
     "ControlledShutdownResponse",
     "Coordinator",
@@ -289,6 +356,8 @@ __all__ = [
     "CreatableTopic",
     "CreatableTopicConfig",
     "CreatableTopicResult",
+    "CreateAclsRequest",
+    "CreateAclsResponse",
     "CreatePartitionsAssignment",
     "CreatePartitionsRequest",
     "CreatePartitionsResponse",
@@ -296,12 +365,23 @@ __all__ = [
     "CreatePartitionsTopicResult",
     "CreateTopicsRequest",
     "CreateTopicsResponse",
+    "CredentialInfo",
     "DeletableGroupResult",
     "DeletableTopicResult",
+    "DeleteAclsFilter",
+    "DeleteAclsFilterResult",
+    "DeleteAclsMatchingAcl",
+    "DeleteAclsRequest",
+    "DeleteAclsResponse",
     "DeleteGroupsRequest",
     "DeleteGroupsResponse",
     "DeleteTopicsRequest",
     "DeleteTopicsResponse",
+    "DescribeAclsRequest",
+    "DescribeAclsResource",
+    "DescribeAclsResponse",
+    "DescribeClientQuotasRequest",
+    "DescribeClientQuotasResponse",
     "DescribeClusterBroker",
     "DescribeClusterRequest",
     "DescribeClusterResponse",
@@ -320,9 +400,16 @@ __all__ = [
     "DescribeProducersTopicResponse",
     "DescribeTransactionsRequest",
     "DescribeTransactionsResponse",
+    "DescribeUserScramCredentialsRequest",
+    "DescribeUserScramCredentialsResponse",
+    "DescribeUserScramCredentialsResult",
+    "DescribedConsumerAssignment",
+    "DescribedConsumerGroup",
+    "DescribedConsumerGroupMember",
     "DescribedGroup",
     "DescribedGroupMember",
     "DescribedProducer",
+    "DescribedTopicPartitions",
     "DescribedTransaction",
     "DescribedTransactionTopic",
     "EndTxnRequest",
@@ -414,6 +501,8 @@ __all__ = [
     "SaslAuthenticateResponse",
     "SaslHandshakeRequest",
     "SaslHandshakeResponse",
+    "ScramCredentialDeletion",
+    "ScramCredentialUpsertion",
     "StopReplicaPartitionError",
     "StopReplicaPartitionState",
     "StopReplicaRequest",
@@ -432,11 +521,15 @@ __all__ = [
     "TxnOffsetCommitResponsePartition",
     "TxnOffsetCommitResponseTopic",
     "UnsupportedVersionError",
+    "UpdateMetadataAcl",
     "UpdateMetadataBroker",
+    "UpdateMetadataClientQuota",
     "UpdateMetadataEndpoint",
     "UpdateMetadataPartitionState",
     "UpdateMetadataRequest",
     "UpdateMetadataResponse",
+    "UpdateMetadataScramCredential",
+    "UserName",
     "Uuid",
     "WritableTxnMarker",
     "WritableTxnMarkerPartitionResult",

@@ -10,6 +10,8 @@ CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, UNKNOWN_SERVER_ERROR from a faile
 other response fields have defaults, so `Resp.error_response(code)` builds a well-formed error
 answer for any request, and the bare body `{"error_code": N}` (from `error_body(N)`, what a
 server sends when it cannot even name the response type) decodes to it, for any response class.
+Every response also has `throttle_time_ms` (Kafka has it on nearly every response): the time a
+client quota asks the client to wait (0 unless node/broker/quotas.py throttled the request).
 
 Registry. A concrete `Request` or `Response` subclass must define `API_KEY` and `API_VERSION` in
 its own body; a request also names its `RESPONSE` class. Defining a second class for a taken
@@ -25,7 +27,7 @@ from enum import IntEnum
 from typing import Any, ClassVar, Self, TypeVar
 
 from wire.errors import ErrorCode, ProtocolError
-from wire.messages.fields import Codec, FieldError, Int16, build_codec, codecs
+from wire.messages.fields import Codec, FieldError, Int16, Int32, build_codec, codecs
 
 
 class ApiKey(IntEnum):
@@ -59,12 +61,19 @@ class ApiKey(IntEnum):
     END_TXN = 26
     WRITE_TXN_MARKERS = 27
     TXN_OFFSET_COMMIT = 28
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
     ALTER_PARTITION = 56
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
@@ -73,6 +82,8 @@ class ApiKey(IntEnum):
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
     ALLOCATE_PRODUCER_IDS = 67
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
 
 
 CONTROL_PLANE_API_KEYS: frozenset[int] = frozenset(
@@ -161,6 +172,10 @@ class Response(Message):
     """A response; `error_code` is a request-level error (NONE when only parts failed)."""
 
     error_code: Int16 = dataclasses.field(default=0, kw_only=True)
+    # How long the client must wait before its next request (client quotas, KIP-219): the
+    # broker's quota layer sets it (node/broker/quotas.py) and the server then mutes the
+    # connection that long (runtime/net/server.py). 0 everywhere else.
+    throttle_time_ms: Int32 = dataclasses.field(default=0, kw_only=True)
 
     @classmethod
     def error_response(cls, code: ErrorCode | int) -> Self:

@@ -22,8 +22,11 @@ groups states under a topic entry holding the id). UpdateMetadata's partition st
 
 from dataclasses import dataclass, field
 
+from wire.messages.acls import UpdateMetadataAcl
 from wire.messages.base import ApiKey, Request, Response
 from wire.messages.fields import ZERO_UUID, Int8, Int16, Int32, Uuid
+from wire.messages.quotas import UpdateMetadataClientQuota
+from wire.messages.scram import UpdateMetadataScramCredential
 
 # -- topic configs (LeaderAndIsr and UpdateMetadata) -----------------------------------------------
 
@@ -202,6 +205,13 @@ class UpdateMetadataRequest(Request):
     partition_states: list[UpdateMetadataPartitionState]
     live_brokers: list[UpdateMetadataBroker]
     topic_configs: list[TopicConfigs] = field(default_factory=list)
+    # Every ACL, when the ACLs changed or the broker (re-)registered; None: unchanged.
+    acls: list[UpdateMetadataAcl] | None = None
+    # Every client quota, when the quotas changed or the broker (re-)registered; None: unchanged.
+    client_quotas: list[UpdateMetadataClientQuota] | None = None
+    # Every SCRAM credential (no passwords: salt, StoredKey, ServerKey, iterations), when they
+    # changed or the broker (re-)registered; None: unchanged.
+    scram_credentials: list[UpdateMetadataScramCredential] | None = None
 
 
 # -- ControlledShutdown (7) ------------------------------------------------------------------------

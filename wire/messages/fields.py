@@ -24,6 +24,7 @@ path of the field (e.g.
 `ProduceRequest.topic_data[0].partition_data[2].records: expected bytes, got str`). Encoding
 trusts the dataclass (mypy checks its construction) and does no checks. A response's decoder
 also accepts the bare body `{"error_code": N}` (see base.py, "Responses").
+A response's `throttle_time_ms` is left out of its body while it is 0 (`OMITTED_WHEN_ZERO`).
 
 State: `codecs`, the generated codecs by class, filled while message modules are imported (and
 when a nested dataclass is first met), only read afterwards.
@@ -36,7 +37,7 @@ import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, TypeAlias
+from typing import Annotated, Any, Final, TypeAlias
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +109,11 @@ class Codec:
     encode: Encoder
     decode: Decoder
 
+
+OMITTED_WHEN_ZERO: Final = "throttle_time_ms"
+"""The one response field left out of a body while it is 0 (the Response base class's
+`throttle_time_ms`, client quotas): a native answer pays nothing for it unless a quota
+throttled the request, and a body without it (from a peer that predates it) decodes as 0."""
 
 codecs: dict[type, Codec] = {}
 """The generated codec of every message class and nested dataclass seen so far."""
@@ -181,17 +187,35 @@ def build_codec(cls: type, *, error_only_body: bool) -> Codec:
         "_describe": _describe,
         "_slow": _slow_path(cls, frozenset(names), error_only_body),
     }
-    enc_items = [f"{n!r}: {_enc_expr(hints[n], f'o.{n}', env, 0)}" for n in names]
-    exec("def encode(o):\n    return {" + ", ".join(enc_items) + "}\n", env)
+    # A response's throttle_time_ms is on the wire only when it is not 0 (OMITTED_WHEN_ZERO).
+    omitted = OMITTED_WHEN_ZERO if error_only_body and OMITTED_WHEN_ZERO in names else None
+    enc_items = [f"{n!r}: {_enc_expr(hints[n], f'o.{n}', env, 0)}" for n in names if n != omitted]
+    encoder = ["def encode(o):", "    d = {" + ", ".join(enc_items) + "}"]
+    if omitted is not None:
+        encoder.append(f"    if o.{omitted}:")
+        value = _enc_expr(hints[omitted], f"o.{omitted}", env, 0)
+        encoder.append(f"        d[{omitted!r}] = {value}")
+    encoder.append("    return d")
+    exec("\n".join(encoder) + "\n", env)
 
+    if omitted is None:
+        size_check = [f"    if len(body) != {len(names)}:", "        return _slow(body)"]
+    else:
+        size_check = [
+            f"    if len(body) != ({len(names)} if {omitted!r} in body else {len(names) - 1}):",
+            "        return _slow(body)",
+        ]
+    fetches = [
+        f"v{i} = body.get({n!r}, 0)" if n == omitted else f"v{i} = body[{n!r}]"
+        for i, n in enumerate(names)
+    ]
     lines = [
         "def decode(body):",
         "    if type(body) is not dict:",
         "        raise FieldError(f'expected map, got {_describe(body)}')",
-        f"    if len(body) != {len(names)}:",
-        "        return _slow(body)",
+        *size_check,
         "    try:",
-        "        " + ("; ".join(f"v{i} = body[{n!r}]" for i, n in enumerate(names)) or "pass"),
+        "        " + ("; ".join(fetches) or "pass"),
         "    except KeyError:",
         "        return _slow(body)",
     ]
@@ -226,7 +250,8 @@ def _slow_path(cls: type, names: frozenset[str], response: bool) -> Decoder:
                 exc.path.append("error_code")
                 raise
             return cls(error_code=code)
-        missing = sorted(names - body.keys())
+        optional = {OMITTED_WHEN_ZERO} if response else set()
+        missing = sorted(names - body.keys() - optional)
         if missing:
             err = FieldError("missing field")
             err.path.append(missing[0])

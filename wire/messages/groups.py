@@ -327,9 +327,12 @@ class DescribeGroupsRequest(Request):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ListedGroup:
+    """group_type (v5, KIP-848): "classic" or "consumer"."""
+
     group_id: str
     protocol_type: str = ""
     group_state: str = ""
+    group_type: str = "classic"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -341,12 +344,13 @@ class ListGroupsResponse(Response):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ListGroupsRequest(Request):
-    """states_filter empty: groups in every state."""
+    """states_filter empty: groups in every state; types_filter (v5) empty: of every type."""
 
     API_KEY = ApiKey.LIST_GROUPS
     API_VERSION = 0
     RESPONSE = ListGroupsResponse
     states_filter: list[str] = field(default_factory=list)
+    types_filter: list[str] = field(default_factory=list)
 
 
 # -- DeleteGroups (42) -----------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from wire.envelope import (
 )
 from wire.errors import ProtocolError
 from wire.frames import FrameDecoder, FrameError, encode_frame
+from wire.messages.fields import OMITTED_WHEN_ZERO
 
 MAX_FRAME = 512
 
@@ -177,5 +178,8 @@ def test_from_body_on_mutated_bodies(data: st.DataObject, cls: type[m.Message]) 
         decoded = cls.from_body(bad)
     except m.MessageError:
         return
-    # Whatever decoded must encode back to the very body it came from.
+    # Whatever decoded must encode back to the very body it came from; but a response's
+    # throttle_time_ms of 0, which the encoder leaves out (fields.OMITTED_WHEN_ZERO).
+    if isinstance(bad, dict) and bad.get(OMITTED_WHEN_ZERO, None) == 0:
+        bad = {k: v for k, v in bad.items() if k != OMITTED_WHEN_ZERO}
     assert decoded.to_body() == bad

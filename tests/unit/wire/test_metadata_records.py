@@ -10,6 +10,8 @@ import pytest
 from tests.unit.wire.metadata_helpers import through_msgpack
 from wire.metadata_records import (
     RECORD_TYPES,
+    AccessControlEntryRecord,
+    ClientQuotaRecord,
     ClusterIdRecord,
     ControllerEpochRecord,
     Endpoint,
@@ -18,11 +20,14 @@ from wire.metadata_records import (
     ProducerIdsRecord,
     Record,
     RegisterBrokerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     TopicConfigsRecord,
     TopicDeletionRecord,
     TopicRecord,
     UnfenceBrokerRecord,
+    UserScramCredentialRecord,
     decode_record,
     encode_record,
 )
@@ -46,6 +51,12 @@ SAMPLES: list[Record] = [
     TopicDeletionRecord(ORDERS),
     RemoveTopicRecord(ORDERS),
     ProducerIdsRecord(1, 7, 2_000),
+    AccessControlEntryRecord(b"\x03" * 16, 2, "orders", 3, "User:alice", "*", 4, 3),
+    RemoveAccessControlEntryRecord(b"\x03" * 16),
+    UserScramCredentialRecord("a=b,c", 1, b"salt", b"s" * 32, b"k" * 32, 4096),
+    RemoveUserScramCredentialRecord("a=b,c", 1),
+    ClientQuotaRecord((("client-id", None), ("user", "alice")), "producer_byte_rate", 1024.0),
+    ClientQuotaRecord((("client-id", "c"),), "consumer_byte_rate", 0.0, remove=True),
 ]
 
 

@@ -20,6 +20,8 @@ from tests.unit.wire.metadata_helpers import through_msgpack
 from wire.errors import ErrorCode
 from wire.metadata_records import (
     RECORD_TYPES,
+    AccessControlEntryRecord,
+    ClientQuotaRecord,
     ClusterIdRecord,
     ControllerEpochRecord,
     Endpoint,
@@ -28,11 +30,14 @@ from wire.metadata_records import (
     ProducerIdsRecord,
     Record,
     RegisterBrokerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     TopicConfigsRecord,
     TopicDeletionRecord,
     TopicRecord,
     UnfenceBrokerRecord,
+    UserScramCredentialRecord,
 )
 from wire.topic import TopicPartition, parse_uuid_text
 
@@ -257,6 +262,9 @@ def random_record(model: ControllerModel, rng: random.Random) -> Record | None:
     topics = model.topics()
     kinds = ["epoch", "register", "fence", "unfence", "topic", "queue", "remove", "producer_ids"]
     kinds.append("configs")
+    kinds.append("scram")
+    kinds.append("acl")
+    kinds.append("client_quota")
     kind = rng.choice([*kinds, "cluster_id", "change", "change", "change"])
     if kind == "epoch":
         return ControllerEpochRecord(model.controller_epoch + rng.randint(0, 2))
@@ -322,6 +330,22 @@ def random_record(model: ControllerModel, rng: random.Random) -> Record | None:
         return ProducerIdsRecord(
             broker.broker_id, broker.broker_epoch, model.next_producer_id() + step
         )
+    if kind == "scram":
+        name, mechanism = rng.choice(["alice", "bob"]), rng.choice([1, 2])
+        if model.scram_credential(name, mechanism) is not None and rng.random() < 0.4:
+            return RemoveUserScramCredentialRecord(name, mechanism)
+        keys = rng.randbytes(32)
+        return UserScramCredentialRecord(name, mechanism, rng.randbytes(8), keys, keys, 4096)
+    if kind == "acl":
+        acls = model.acls()
+        if acls and rng.random() < 0.4:
+            return RemoveAccessControlEntryRecord(rng.choice(acls).id)
+        acl_id = rng.randbytes(16)
+        return AccessControlEntryRecord(acl_id, 2, rng.choice(["a", "b"]), 3, "User:u", "*", 3, 3)
+    if kind == "client_quota":
+        entity = rng.choice([(("client-id", "c"),), (("client-id", None), ("user", "u"))])
+        key = rng.choice(["producer_byte_rate", "consumer_byte_rate"])
+        return ClientQuotaRecord(entity, key, float(rng.randint(1, 9) * 1000), rng.random() < 0.3)
     if kind == "remove" and topics and rng.random() < 0.3:
         return RemoveTopicRecord(rng.choice(topics).topic_id)
     return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
+import wire.messages.quotas as quota_messages
 from wire.messages import (
     AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
@@ -195,6 +196,25 @@ REQUESTS: Final[dict[int, Request]] = {
         timeout_ms=25_000,
         validate_only=True,
     ),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: quota_messages.DescribeClientQuotasRequest(
+        components=[
+            quota_messages.ComponentData(entity_type="user", match_type=0, match="alice"),
+            quota_messages.ComponentData(entity_type="client-id", match_type=1, match=None),
+        ],
+        strict=True,
+    ),
+    ApiKey.ALTER_CLIENT_QUOTAS: quota_messages.AlterClientQuotasRequest(
+        entries=[
+            quota_messages.AlterClientQuotasEntry(
+                entity=[quota_messages.EntityData(entity_type="client-id", entity_name=None)],
+                ops=[
+                    quota_messages.OpData(key="producer_byte_rate", value=102400.0),
+                    quota_messages.OpData(key="consumer_byte_rate", value=0.0, remove=True),
+                ],
+            )
+        ],
+        validate_only=True,
+    ),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: IncrementalAlterConfigsRequest(
         resources=[
             AlterConfigsResource(
@@ -376,6 +396,27 @@ RESPONSES: Final[dict[int, Response]] = {
             CreatePartitionsTopicResult(
                 name="audit", error_code=37, error_message="Topic already has 3 partitions."
             ),
+        ]
+    ),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: quota_messages.DescribeClientQuotasResponse(
+        throttle_time_ms=25,
+        entries=[
+            quota_messages.EntryData(
+                entity=[
+                    quota_messages.EntityData(entity_type="user", entity_name="alice"),
+                    quota_messages.EntityData(entity_type="client-id", entity_name=None),
+                ],
+                values=[quota_messages.ValueData(key="producer_byte_rate", value=1024.0)],
+            )
+        ],
+    ),
+    ApiKey.ALTER_CLIENT_QUOTAS: quota_messages.AlterClientQuotasResponse(
+        entries=[
+            quota_messages.AlterClientQuotasEntryResult(
+                error_code=42,
+                error_message="Quota producer_byte_rate must be greater than 0",
+                entity=[quota_messages.EntityData(entity_type="client-id", entity_name=None)],
+            )
         ]
     ),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: IncrementalAlterConfigsResponse(

@@ -1,6 +1,7 @@
 """The native group messages meet kio's Kafka entities field by field, at every version the
-Kafka listener will serve (FindCoordinator v0-3 and LeaveGroup v0-2 have single-key shapes that
-need their own mapping and are left out here)."""
+Kafka listener will serve, KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe included
+(FindCoordinator v0-3 and LeaveGroup v0-2 have single-key shapes that need their own mapping and
+are left out here)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,19 @@ from wire.kafka.codec import decode_request, encode_response, read_prefix, schem
 from wire.kafka.convert import to_kio, to_native
 from wire.messages import (
     ApiKey,
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatAssignment,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+    ConsumerGroupTopicPartitions,
     Coordinator,
+    DescribedConsumerAssignment,
+    DescribedConsumerGroup,
+    DescribedConsumerGroupMember,
     DescribedGroup,
     DescribedGroupMember,
+    DescribedTopicPartitions,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
     FindCoordinatorRequest,
@@ -54,6 +65,7 @@ from wire.messages import (
 )
 
 from .helpers import NoTopicIds, request_frame, response_body
+from .samples import TOPIC_ID
 
 CASES: list[tuple[int, range, Request, Response]] = [
     (
@@ -109,7 +121,7 @@ CASES: list[tuple[int, range, Request, Response]] = [
     ),
     (
         ApiKey.OFFSET_COMMIT,
-        range(2, 9),
+        range(2, 10),
         OffsetCommitRequest(
             group_id="g",
             generation_id_or_member_epoch=3,
@@ -177,10 +189,74 @@ CASES: list[tuple[int, range, Request, Response]] = [
     ),
     (
         ApiKey.LIST_GROUPS,
-        range(5),
-        ListGroupsRequest(),
+        range(6),
+        ListGroupsRequest(states_filter=["Stable"], types_filter=["consumer"]),
         ListGroupsResponse(
-            groups=[ListedGroup(group_id="g", protocol_type="consumer", group_state="Empty")]
+            groups=[
+                ListedGroup(
+                    group_id="g",
+                    protocol_type="consumer",
+                    group_state="Stable",
+                    group_type="consumer",
+                )
+            ]
+        ),
+    ),
+    (
+        ApiKey.CONSUMER_GROUP_HEARTBEAT,
+        range(2),
+        ConsumerGroupHeartbeatRequest(
+            group_id="g",
+            member_id="m-1",
+            member_epoch=3,
+            instance_id="i",
+            rack_id="r",
+            rebalance_timeout_ms=30_000,
+            subscribed_topic_names=["orders"],
+            subscribed_topic_regex="ord.*",
+            server_assignor="range",
+            topic_partitions=[ConsumerGroupTopicPartitions(topic_id=TOPIC_ID, partitions=[1])],
+        ),
+        ConsumerGroupHeartbeatResponse(
+            member_id="m-1",
+            member_epoch=4,
+            heartbeat_interval_ms=5_000,
+            assignment=ConsumerGroupHeartbeatAssignment(
+                topic_partitions=[ConsumerGroupTopicPartitions(topic_id=TOPIC_ID, partitions=[0])]
+            ),
+        ),
+    ),
+    (
+        ApiKey.CONSUMER_GROUP_DESCRIBE,
+        range(2),
+        ConsumerGroupDescribeRequest(group_ids=["g"], include_authorized_operations=True),
+        ConsumerGroupDescribeResponse(
+            groups=[
+                DescribedConsumerGroup(
+                    group_id="g",
+                    group_state="Stable",
+                    group_epoch=4,
+                    assignment_epoch=4,
+                    assignor_name="uniform",
+                    members=[
+                        DescribedConsumerGroupMember(
+                            member_id="m-1",
+                            member_epoch=4,
+                            client_id="c",
+                            client_host="/h",
+                            subscribed_topic_names=["orders"],
+                            assignment=DescribedConsumerAssignment(
+                                topic_partitions=[
+                                    DescribedTopicPartitions(
+                                        topic_id=TOPIC_ID, topic_name="orders", partitions=[0]
+                                    )
+                                ]
+                            ),
+                            target_assignment=DescribedConsumerAssignment(),
+                        )
+                    ],
+                )
+            ]
         ),
     ),
 ]

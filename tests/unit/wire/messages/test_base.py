@@ -101,11 +101,18 @@ KAFKA_API_KEYS = {
     "END_TXN": 26,
     "WRITE_TXN_MARKERS": 27,
     "TXN_OFFSET_COMMIT": 28,
+    "DESCRIBE_ACLS": 29,
+    "CREATE_ACLS": 30,
+    "DELETE_ACLS": 31,
     "SASL_AUTHENTICATE": 36,
     "CREATE_PARTITIONS": 37,
     "DELETE_GROUPS": 42,
     "INCREMENTAL_ALTER_CONFIGS": 44,
     "OFFSET_DELETE": 47,
+    "DESCRIBE_CLIENT_QUOTAS": 48,
+    "ALTER_CLIENT_QUOTAS": 49,
+    "DESCRIBE_USER_SCRAM_CREDENTIALS": 50,
+    "ALTER_USER_SCRAM_CREDENTIALS": 51,
     "ALTER_PARTITION": 56,
     "DESCRIBE_CLUSTER": 60,
     "DESCRIBE_PRODUCERS": 61,
@@ -114,6 +121,8 @@ KAFKA_API_KEYS = {
     "DESCRIBE_TRANSACTIONS": 65,
     "LIST_TRANSACTIONS": 66,
     "ALLOCATE_PRODUCER_IDS": 67,
+    "CONSUMER_GROUP_HEARTBEAT": 68,
+    "CONSUMER_GROUP_DESCRIBE": 69,
 }
 
 
@@ -125,6 +134,10 @@ def test_supported_versions_lists_every_implemented_api() -> None:
     implemented = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 22}
     implemented |= {23, 24, 25, 26, 27, 28, 32, 36, 37, 42, 44, 47, 56, 60, 61, 62, 63, 65, 66}
     implemented |= {67}
+    implemented |= {29, 30, 31}  # ACLs
+    implemented |= {68, 69}  # consumer groups of the new protocol (KIP-848)
+    implemented |= {48, 49}  # client quotas
+    implemented |= {50, 51}  # SCRAM credentials
     assert m.supported_versions() == dict.fromkeys(sorted(implemented), (0, 0))
 
 

@@ -34,6 +34,7 @@ def test_control_field_names_follow_kafka() -> None:
         "error_message",
         "auth_bytes",
         "session_lifetime_ms",
+        "throttle_time_ms",
     }
 
 
