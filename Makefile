@@ -66,6 +66,7 @@ bench: $(STAMP)
 	$(PY) -m bench.replication
 	$(PY) -m bench.failover
 	$(PY) -m bench.verify
+	$(PY) -m bench.cleaner --json bench-cleaner.json
 	$(VENV)/bin/ketch bench latency --duration 30 --json bench-latency.json --plot bench-latency.png
 	$(VENV)/bin/ketch bench latency --protocol kafka --duration 30 --json bench-latency-kafka.json
 	$(PY) -m bench.groups --json bench-groups.json

@@ -26,7 +26,7 @@ from wire.records import (
 )
 from wire.varint import VarintError, read_varint, read_varlong
 
-__all__ = ["iter_records"]
+__all__ = ["iter_keys", "iter_records"]
 
 
 class _RecordReader:
@@ -182,5 +182,63 @@ def iter_records(buf: Buffer, pos: int = 0, *, verify_crc: bool = True) -> Itera
         raise CorruptRecordError(
             f"record count mismatch: {end - reader.pos} bytes follow the "
             f"{header.records_count} records the header declares",
+            pos,
+        )
+
+
+def _signed(data: Buffer, at: int, end: int) -> tuple[int, int]:
+    """A zigzag varint at ``data[at:end]``: one and two bytes inline (record lengths and offset
+    deltas of a batch of a few hundred records take two), the rest by wire.varint."""
+    if at + 1 < end:
+        first = data[at]
+        if first < 0x80:
+            return (first >> 1) ^ -(first & 1), at + 1
+        second = data[at + 1]
+        if second < 0x80:
+            raw = (first & 0x7F) | (second << 7)
+            return (raw >> 1) ^ -(raw & 1), at + 2
+    return read_varlong(data, at, end)
+
+
+def iter_keys(buf: Buffer, pos: int = 0) -> Iterator[tuple[int, bytes | None]]:
+    """Yield ``(offset, key)`` of each record of the batch at ``buf[pos:]``, reading only what
+    that needs: each record's length, its offset delta and its key (the log cleaner's offset
+    map, which sees every record of a compacted log). About a third of `iter_records`' work per
+    record: no timestamp, value or headers are decoded, and no `Record` is built.
+
+    The CRC is not checked (the caller's scan validated the batch). Each record must lie within
+    the batch and its key within the record, and the records must fill the batch exactly, or
+    CorruptRecordError says which record is bad; no other exception escapes.
+    """
+    header = read_header(buf, pos)
+    if header.records_count < 0:
+        raise CorruptRecordError(f"negative record count {header.records_count}", pos)
+    data, at, end = _records_payload(buf, pos, header)
+    base = header.base_offset
+    index = 0
+    try:
+        for index in range(header.records_count):
+            length, at = _signed(data, at, end)
+            record_end = at + length
+            if length < 0 or record_end > end:
+                raise CorruptRecordError(f"record {index} runs past the batch", pos)
+            # attributes (one byte), then the timestamp delta, skipped
+            _, at = _signed(data, at + 1, record_end)
+            delta, at = _signed(data, at, record_end)
+            key_length, at = _signed(data, at, record_end)
+            if key_length < 0:
+                key = None
+            elif at + key_length > record_end:
+                raise CorruptRecordError(f"key of record {index} runs past the record", pos)
+            else:
+                key = bytes(data[at : at + key_length])
+            yield base + delta, key
+            at = record_end
+    except (VarintError, IndexError) as exc:  # IndexError: a batch shorter than its header says
+        raise CorruptRecordError(f"{exc} in record {index}", pos) from None
+    if at != end:
+        raise CorruptRecordError(
+            f"record count mismatch: {end - at} bytes follow the {header.records_count} records "
+            "the header declares",
             pos,
         )

@@ -1,7 +1,8 @@
-"""`Authorization`: the Kafka listener's handlers wrapped with ACL checks, by KafkaApis' rules.
+"""`Authorization`: a listener's handlers wrapped with ACL checks, by KafkaApis' rules.
 
 With an authorizer configured (authorizer.class.name, actors/acl/authorizer.py), `wrap` puts a
-guard in front of each handler of the Kafka listener's table; node/broker/apis.py's handlers stay
+guard in front of each handler of a listener's table (the Kafka listener's, and the native
+listener's through node/broker/native_security.py); node/broker/apis.py's handlers stay
 as they are. A guard asks the authorizer about the request's principal (`RequestContext.
 principal`) and host (the peer's IP address), then serves what is allowed and answers what is
 not with Kafka's error, in the place Kafka puts it:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from tests.unit.wire.batch_helpers import recrc
 from wire.batch_builder import build_batch
-from wire.record_reader import iter_records
+from wire.record_reader import iter_keys, iter_records
 from wire.records import (
     LOG_OVERHEAD,
     RECORD_BATCH_OVERHEAD,
@@ -195,3 +195,47 @@ def test_garbage_compressed_payload_raises_only_corrupt_record_error(
     struct.pack_into(">i", batch, 57, count)
     with contextlib.suppress(CorruptRecordError):
         read_everything(recrc(batch))
+
+
+# -- iter_keys: the log cleaner's key-only walk ----------------------------------------------------
+
+
+@given(batches())
+def test_iter_keys_reads_what_iter_records_reads(batch: bytes) -> None:
+    expected = [(record.offset, record.key) for record in iter_records(batch)]
+    assert list(iter_keys(batch)) == expected
+
+
+@given(batches(), st.data())
+def test_iter_keys_on_mutated_records_raises_only_corrupt_record_error(
+    batch: bytes, data: st.DataObject
+) -> None:
+    """Record bytes damaged behind a valid header (the cleaner trusts the scan's CRC check, so
+    the records are all it could be given wrong): keys, or CorruptRecordError, nothing else."""
+    header, body = (
+        bytearray(batch[:RECORD_BATCH_OVERHEAD]),
+        bytearray(batch[RECORD_BATCH_OVERHEAD:]),
+    )
+    if body:
+        at = data.draw(st.integers(0, len(body) - 1))
+        body[at] = data.draw(st.integers(0, 255))
+    if data.draw(st.booleans()) and body:
+        del body[data.draw(st.integers(0, len(body) - 1)) :]
+    mutated = header + body
+    struct.pack_into(">i", mutated, 8, len(mutated) - LOG_OVERHEAD)
+    with contextlib.suppress(CorruptRecordError):
+        keys = list(iter_keys(bytes(mutated)))
+        assert len(keys) == read_header(mutated).records_count
+
+
+@given(
+    st.lists(st.none() | st.binary(min_size=0, max_size=40), min_size=1, max_size=400),
+    st.integers(0, 20_000),
+    codecs,
+)
+def test_iter_keys_on_long_batches_of_large_records(
+    keys: list[bytes | None], value_bytes: int, codec: CompressionType
+) -> None:
+    """Offset deltas and record lengths of one, two and three varint bytes."""
+    batch = build_batch([(key, bytes(value_bytes)) for key in keys], compression=codec)
+    assert list(iter_keys(batch)) == list(enumerate(keys))
