@@ -311,9 +311,11 @@ def _silence_stdout() -> None:
 
 @asynccontextmanager
 async def open_client(
-    bootstrap: BootstrapServers, *, client_id: str = "ketch-cli"
+    bootstrap: BootstrapServers, *, client_id: str = "ketch-cli", credential: bytes | None = None
 ) -> AsyncIterator[Client]:
-    """A client of the cluster reached through any address of `bootstrap`, closed on exit."""
+    """A client of the cluster reached through any address of `bootstrap`, closed on exit.
+    `credential`: the cluster secret to prove instead of a SASL login (cli/admin_login.py)."""
+    authenticator = client_authenticator()  # a SASL login when --command-config says so
     client = Client(
         bootstrap,
         transport=client_transport(),  # TLS when --command-config or cluster.json says so
@@ -321,7 +323,8 @@ async def open_client(
         client_id=client_id,
         config=CLI_CLIENT_CONFIG,
         reach_timeout_ms=CLI_REACH_TIMEOUT_MS,
-        authenticator=client_authenticator(),  # a SASL login when --command-config says so
+        authenticator=authenticator,
+        credential=credential if authenticator is None else None,
     )
     try:
         yield client

@@ -31,6 +31,7 @@ import argparse
 from typing import Final
 
 from actors.quota.entities import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE
+from cli.admin_login import add_cluster_secret_flags, cluster_secret
 from cli.common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -112,11 +113,13 @@ def register(subparsers: SubParsers[argparse.ArgumentParser]) -> None:
             flag, dest=key, type=positive_int_arg, metavar="BYTES_PER_S", help=f"{key}"
         )
     add_bootstrap_flag(set_parser)
+    add_cluster_secret_flags(set_parser)
     set_command(set_parser, cmd_set)
 
     list_parser = _action(actions, "list", "list client quotas")
     _entity_flags(list_parser)
     add_bootstrap_flag(list_parser)
+    add_cluster_secret_flags(list_parser)
     set_command(list_parser, cmd_list)
 
     remove = _action(actions, "remove", "remove quotas of an entity")
@@ -124,6 +127,7 @@ def register(subparsers: SubParsers[argparse.ArgumentParser]) -> None:
     for key, flag in _RATES:
         remove.add_argument(flag, dest=key, action="store_true", help=f"remove {key}")
     add_bootstrap_flag(remove)
+    add_cluster_secret_flags(remove)
     set_command(remove, cmd_remove)
 
 
@@ -174,7 +178,7 @@ def cmd_set(args: argparse.Namespace) -> int:
     if not entity or not ops:
         error(PROG, "set: name an entity (--user / --client-id ...) and at least one rate")
         return EXIT_USAGE
-    return _alter(args.bootstrap, entity, ops, "set")
+    return _alter(args, entity, ops, "set")
 
 
 def cmd_remove(args: argparse.Namespace) -> int:
@@ -183,16 +187,16 @@ def cmd_remove(args: argparse.Namespace) -> int:
         error(PROG, "remove: name an entity (--user / --client-id ...)")
         return EXIT_USAGE
     keys = [key for key, _ in _RATES if getattr(args, key)] or [key for key, _ in _RATES]
-    return _alter(args.bootstrap, entity, [OpData(key=k, remove=True) for k in keys], "removed")
+    return _alter(args, entity, [OpData(key=k, remove=True) for k in keys], "removed")
 
 
-def _alter(
-    bootstrap: BootstrapServers, entity: list[EntityData], ops: list[OpData], verb: str
-) -> int:
+def _alter(args: argparse.Namespace, entity: list[EntityData], ops: list[OpData], verb: str) -> int:
+    bootstrap: BootstrapServers = args.bootstrap
     request = AlterClientQuotasRequest(entries=[AlterClientQuotasEntry(entity=entity, ops=ops)])
 
     async def work() -> int:
-        async with open_client(bootstrap) as client:
+        # The cluster secret when it can (cli/admin_login.py): AlterConfigs on the cluster.
+        async with open_client(bootstrap, credential=cluster_secret(args)) as client:
             response = await client.send_any(request)
         if not isinstance(response, AlterClientQuotasResponse):
             raise TypeError(f"AlterClientQuotas answered with {type(response).__name__}")
@@ -223,7 +227,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     request = DescribeClientQuotasRequest(components=components)
 
     async def work() -> int:
-        async with open_client(bootstrap) as client:
+        async with open_client(bootstrap, credential=cluster_secret(args)) as client:
             response = await client.send_any(request)
         if not isinstance(response, DescribeClientQuotasResponse):
             raise TypeError(f"DescribeClientQuotas answered with {type(response).__name__}")

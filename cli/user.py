@@ -30,9 +30,11 @@ from __future__ import annotations
 import argparse
 import getpass
 import secrets
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Final
 
+from cli.admin_login import add_cluster_secret_flags, cluster_secret
 from cli.common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -45,6 +47,7 @@ from cli.common import (
     run_async,
     set_command,
 )
+from client.client import Client
 from runtime.net.scram import (
     DEFAULT_ITERATIONS,
     MECHANISMS,
@@ -116,6 +119,7 @@ def register(subparsers: SubParsers[argparse.ArgumentParser]) -> None:
         "--password-file", type=Path, default=None, help="read the password from this file"
     )
     add_bootstrap_flag(create)
+    add_cluster_secret_flags(create)
     set_command(create, cmd_create)
     delete = actions.add_parser(
         "delete",
@@ -132,6 +136,7 @@ def register(subparsers: SubParsers[argparse.ArgumentParser]) -> None:
         "--mechanism", type=mechanism_arg, action="append", default=[], help="repeatable"
     )
     add_bootstrap_flag(delete)
+    add_cluster_secret_flags(delete)
     set_command(delete, cmd_delete)
     listing = actions.add_parser(
         "list",
@@ -140,7 +145,13 @@ def register(subparsers: SubParsers[argparse.ArgumentParser]) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_bootstrap_flag(listing)
+    add_cluster_secret_flags(listing)
     set_command(listing, cmd_list)
+
+
+def _client(args: argparse.Namespace) -> AbstractAsyncContextManager[Client]:
+    """A client that proves the cluster secret when it can (cli/admin_login.py)."""
+    return open_client(args.bootstrap, client_id="ketch-user", credential=cluster_secret(args))
 
 
 def read_password(path: Path | None) -> str:
@@ -200,7 +211,7 @@ def cmd_create(args: argparse.Namespace) -> int:
     )
 
     async def work() -> int:
-        async with open_client(args.bootstrap, client_id="ketch-user") as client:
+        async with _client(args) as client:
             response = await client.send_any(request)
         assert isinstance(response, AlterUserScramCredentialsResponse), response
         return _report(response, "created")
@@ -210,7 +221,7 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 def cmd_delete(args: argparse.Namespace) -> int:
     async def work() -> int:
-        async with open_client(args.bootstrap, client_id="ketch-user") as client:
+        async with _client(args) as client:
             mechanisms = [m.type_code for m in dict.fromkeys(args.mechanism)]
             if not mechanisms:
                 described = await client.send_any(
@@ -234,7 +245,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
 def cmd_list(args: argparse.Namespace) -> int:
     async def work() -> int:
-        async with open_client(args.bootstrap, client_id="ketch-user") as client:
+        async with _client(args) as client:
             response = await client.send_any(DescribeUserScramCredentialsRequest(users=None))
         assert isinstance(response, DescribeUserScramCredentialsResponse), response
         rows = [
