@@ -56,12 +56,15 @@ from cli.common import (
     run_async,
     run_query,
 )
+from cli.consumer_group_view import CONSUMER_GROUP_TYPE, ConsumerGroupView, consumer_group_view
 from cli.topic import high_watermarks, leaders_of
 from client.client import Client
 from client.errors import ClientError, ConnectionFailedError, ConnectionLostError
 from runtime.net.transport import Address
 from wire.errors import ErrorCode, KafkaError
 from wire.messages import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
     DescribedGroup,
     DescribedGroupMember,
     DescribeGroupsRequest,
@@ -313,10 +316,26 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 
 async def describe_group(client: Client, group_id: str) -> GroupDescription:
-    coordinator, described, committed = await _retrying(lambda: _ask_coordinator(client, group_id))
-    if described.group_state == DEAD and not committed:
+    coordinator, described, committed, view = await _retrying(
+        lambda: _ask_coordinator(client, group_id)
+    )
+    if described.group_state == DEAD and view is None and not committed:
         raise CliError(f"consumer group {group_id!r} does not exist")
-    members = tuple(_member(m, described.protocol_type) for m in described.members)
+    state, protocol_type, protocol = (
+        (described.group_state, described.protocol_type, described.protocol_data)
+        if view is None
+        else (view.state, CONSUMER_GROUP_TYPE, view.assignor)
+    )
+    members = (
+        tuple(_member(m, described.protocol_type) for m in described.members)
+        if view is None
+        else tuple(
+            MemberDescription(
+                m.member_id, m.instance_id, m.client_id, m.host, m.subscription, m.assignment
+            )
+            for m in view.members
+        )
+    )
     owners = {
         (topic, partition): m.member_id
         for m in members
@@ -327,9 +346,9 @@ async def describe_group(client: Client, group_id: str) -> GroupDescription:
     watermarks = await _watermarks(client, sorted({topic for topic, _ in partitions}))
     return GroupDescription(
         group=group_id,
-        state=described.group_state,
-        protocol_type=described.protocol_type,
-        protocol=described.protocol_data,
+        state=state,
+        protocol_type=protocol_type,
+        protocol=protocol,
         coordinator=coordinator,
         members=members,
         offsets=tuple(
@@ -347,8 +366,9 @@ async def describe_group(client: Client, group_id: str) -> GroupDescription:
 
 async def _ask_coordinator(
     client: Client, group_id: str
-) -> tuple[int, DescribedGroup, dict[tuple[str, int], int]]:
-    """One round: find the coordinator, describe the group there, fetch its offsets there."""
+) -> tuple[int, DescribedGroup, dict[tuple[str, int], int], ConsumerGroupView | None]:
+    """One round: find the coordinator, describe the group there, fetch its offsets there. A
+    group DescribeGroups calls Dead may be a KIP-848 group: ConsumerGroupDescribe then says."""
     found = await client.send_any(
         FindCoordinatorRequest(coordinator_keys=[group_id]), timeout_ms=REQUEST_TIMEOUT_MS
     )
@@ -363,6 +383,13 @@ async def _ask_coordinator(
         raise TypeError(f"DescribeGroups answered with {described!r}")
     group = described.groups[0]
     _check(group.error_code, "DescribeGroups")
+    view = None
+    if group.group_state == DEAD:
+        answer = await _at_coordinator(
+            client, address, ConsumerGroupDescribeRequest(group_ids=[group_id])
+        )
+        if isinstance(answer, ConsumerGroupDescribeResponse):
+            view = consumer_group_view(answer)
 
     fetched = await _at_coordinator(client, address, OffsetFetchRequest(group_id=group_id))
     if not isinstance(fetched, OffsetFetchResponse):
@@ -374,7 +401,7 @@ async def _ask_coordinator(
             _check(p.error_code, f"OffsetFetch of {topic.name}-{p.partition_index}")
             if p.committed_offset >= 0:
                 committed[(topic.name, p.partition_index)] = p.committed_offset
-    return coordinator.node_id, group, committed
+    return coordinator.node_id, group, committed, view
 
 
 async def _at_coordinator(client: Client, address: Address, request: Request) -> Response:

@@ -340,11 +340,14 @@ async def plan_reset(client: Client, spec: ResetSpec) -> tuple[list[ResetRow], l
     """The new offset of each partition, and a note for each one clamped into the log.
     Raises CliError for a group with active members, an unknown topic or partition, a shift
     of a partition with nothing committed, or a partition whose offsets cannot be read."""
-    _, described, committed = await _retrying(lambda: _ask_coordinator(client, spec.group))
-    if described.group_state not in (EMPTY, DEAD):
+    _, described, committed, view = await _retrying(lambda: _ask_coordinator(client, spec.group))
+    state, members = described.group_state, len(described.members)
+    if view is not None:  # a KIP-848 group, which DescribeGroups calls Dead
+        state, members = view.state, len(view.members)
+    if state not in (EMPTY, DEAD) or members:
         raise CliError(
-            f"cannot reset the offsets of group {spec.group!r}: it is {described.group_state} "
-            f"with {len(described.members)} active member(s); stop its consumers first"
+            f"cannot reset the offsets of group {spec.group!r}: it is {state} "
+            f"with {members} active member(s); stop its consumers first"
         )
     partitions = await _partitions(client, spec, committed)
     metadata = await fetch_metadata(client, sorted({t for t, _ in partitions}))

@@ -27,6 +27,9 @@ second per step instead of Kafka's 5 s.
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -184,7 +187,31 @@ def listed_consumer_groups(bootstrap: str) -> dict[str, Any]:
     return {listing.group_id: listing.type for listing in result.valid}
 
 
-def scenario(bootstrap: str) -> None:
+def ketch_describe(native: str) -> dict[str, Any]:
+    """`ketch group describe GROUP --json`, as a user runs it."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cli.main",
+            "group",
+            "describe",
+            GROUP,
+            "--json",
+            "--bootstrap",
+            native,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    described: dict[str, Any] = json.loads(done.stdout)
+    return described
+
+
+def scenario(bootstrap: str, native: str) -> None:
     a, b = Member(bootstrap, "member-a"), Member(bootstrap, "member-b")
     everyone = [a, b]
     try:
@@ -207,6 +234,17 @@ def scenario(bootstrap: str) -> None:
         assert {
             tp.partition for m in description.members for tp in m.assignment.topic_partitions
         } == set(range(PARTITIONS))
+        # ketch's own command shows the members (DescribeGroups alone would say Dead).
+        shown = ketch_describe(native)
+        assert (shown["state"], shown["protocol_type"], shown["protocol"]) == (
+            "Stable",
+            "consumer",
+            "uniform",
+        )
+        assert {m["client_id"] for m in shown["members"]} == {"member-a", "member-b"}
+        assert sorted(p for m in shown["members"] for p in m["assignment"][TOPIC]) == list(
+            range(PARTITIONS)
+        )
 
         b.consumer.close()  # leaves the group (member epoch -1)
         everyone = [a]
@@ -241,7 +279,8 @@ async def test_two_consumers_of_the_new_protocol_share_and_hand_over_a_topic(
     cluster: ProcessCluster,
 ) -> None:
     await prepare(cluster, 1)
-    await asyncio.to_thread(scenario, cluster.kafka_bootstrap())
+    native = ",".join(str(address) for address in cluster.addresses.values())
+    await asyncio.to_thread(scenario, cluster.kafka_bootstrap(), native)
 
 
 def both_read(bootstrap: str, members: list[Member], records: int) -> None:
