@@ -22,17 +22,17 @@ The job, per run:
 1. Plan on the driver (file listing, batch headers, and the one record of each control batch):
    the source segments of every partition of the topic in DATA_DIR and the batches of its
    aborted transactions.
-2. One Spark action. Read exactly the planned segment files at record level with the "ketch"
-   data source; group by ``(partition, key)`` keeping the highest offset (control records and
-   the plan's aborted batches excluded; a null key forms its own group, flagged); then group the
-   survivors, plus one placeholder row per planned partition (so that a partition whose range
-   holds no survivor is still written), by partition and, in one Spark task per partition
-   (``applyInPandas``), write that partition's cleaned segments into the staging directory from
-   the source files. Writing in tasks keeps the
-   survivor offsets off the driver (they can be as many as the records) and cleans partitions in
-   parallel; on a cluster the data dir and the staging dir must be on a shared file system.
-   A task that finds a keyless record writes nothing and reports it; then the whole staging
-   directory is removed and the run fails.
+2. One Spark action: the plans, largest first, as an RDD of one element per Spark partition,
+   mapped by `offline.compact_task.PartitionTask`, so each topic partition is cleaned in one
+   task with the brokers' own cleaner code: its key -> latest offset map (keys and offsets read
+   only, digests held, bounded as Kafka's dedupe buffer: a partition with more keys than that is
+   cleaned up to the last whole segment that fits, its summary row says "offset map", and the
+   next run goes on), then its cleaned segments written into the staging directory from the
+   source files. Spark only spreads partitions over executors (the largest start first, so the
+   last task to finish is a small one) and collects each task's small outcome; no record and
+   no survivor offset reaches the driver. On a cluster the data dir and the staging dir must be
+   on a shared file system. A task that finds a record without a key or a damaged batch writes
+   nothing and reports it; then the whole staging directory is removed and the run fails.
 3. With ``--install``: the whole run holds the log dir's lock (a running broker holds it: the
    install is refused), and each partition's staged segments replace its old ones with the
    ``.cleaned`` -> ``.swap`` -> rename protocol of `offline.compact_install`, then
@@ -45,8 +45,8 @@ to compact; 1 when compaction was refused (running broker, topic not compacted, 
 a key, damaged segment, unfinished swap); 2 on usage or runtime errors.
 
 Running brokers compact their compacted topics themselves (`runtime.log.cleaner`, the same
-per-partition rewrite this job's tasks run, `runtime.log.cleaner.write`); this job is for a
-stopped broker's log dir or a copy of one.
+offset map and rewrite this job's tasks run); this job is for a stopped broker's log dir or a
+copy of one.
 
 Topic settings: Kafka's defaults, then the cluster controller's metadata log beside the data dir
 (what a `ketch up` cluster's topics were created or altered with), then ``topic-configs.json``
@@ -59,11 +59,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import shutil
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -81,22 +82,14 @@ from offline.compact_plan import (
     plan_topic,
     resolve_config,
 )
-from offline.compact_write import CleanStats, write_cleaned_partition
-from runtime.log.segment import LOG_SUFFIX, file_name_prefix
+from offline.compact_task import DEFAULT_MAX_MAP_ENTRIES, PartitionOutcome, PartitionTask
+from offline.compact_write import CleanStats
 
 if TYPE_CHECKING:
-    import pandas as pd
     from pyspark.sql import SparkSession
     from rich.console import Console
 
 STAGING_SUFFIX: Final = ".compact-staging"
-_RESULT_SCHEMA: Final = (
-    "partition int, error string, segments string, batches_in long, batches_out long, "
-    "batches_rebuilt long, records_in long, records_out long, tombstones_dropped long, "
-    "horizons_set long, bytes_in long, bytes_out long, aborted_batches_dropped long, "
-    "markers_dropped long, marker_horizons_set long, txn_index_entries long"
-)
-_PLACEHOLDER_OFFSET: Final = -1  # the row that makes every planned partition a group
 _STAT_FIELDS: Final = tuple(CleanStats.__slots__)
 
 
@@ -133,101 +126,36 @@ def default_staging_dir(data_dir: Path) -> Path:
     return resolved.parent / f"{resolved.name}{STAGING_SUFFIX}"
 
 
-def _segment_paths(plans: Sequence[PartitionPlan]) -> list[str]:
-    return [
-        str(plan.directory / f"{file_name_prefix(s.base_offset)}{LOG_SUFFIX}")
-        for plan in plans
-        for s in plan.sources
-    ]
-
-
-def _partition_writer(
-    plans: Mapping[int, PartitionPlan], staging_dir: Path, config: CompactConfig, now_ms: int
-) -> Callable[[pd.DataFrame], pd.DataFrame]:
-    """The applyInPandas function: one call per partition with its survivor offsets."""
-
-    def write(frame: pd.DataFrame) -> pd.DataFrame:
-        import pandas as pd  # in the Python worker
-
-        partition = int(frame["partition"].iloc[0])
-        plan = plans[partition]
-        row: dict[str, Any] = {"partition": partition, "error": None, "segments": "[]"}
-        row.update(dict.fromkeys(_STAT_FIELDS, 0))
-        keyless = frame[frame["keyless"]]
-        if len(keyless):
-            row["error"] = (
-                f"{plan.tp}: {int(keyless['n'].sum())} record(s) without a key, the first at "
-                f"offset {int(keyless['first'].min())}; a compacted topic needs a key on every "
-                "record (nothing was written)"
-            )
-            return pd.DataFrame([row])
-        offsets = frame["offset"]
-        survivors = offsets[offsets != _PLACEHOLDER_OFFSET].sort_values().tolist()
-        try:
-            cleaned = write_cleaned_partition(
-                plan.directory,
-                plan.sources,
-                survivors,
-                staging_dir / plan.tp.dir_name,
-                now_ms=now_ms,
-                delete_retention_ms=config.delete_retention_ms,
-                log_config=config.log,
-                aborted_batches=plan.aborted_batches,
-            )
-        except CompactError as exc:
-            row["error"] = f"{plan.tp}: {exc}"
-            return pd.DataFrame([row])
-        row["segments"] = json.dumps([[s.base_offset, s.size_bytes] for s in cleaned.segments])
-        row.update({name: getattr(cleaned.stats, name) for name in _STAT_FIELDS})
-        return pd.DataFrame([row])
-
-    return write
-
-
 def _spark_clean(
-    spark: SparkSession,
-    plans: Sequence[PartitionPlan],
-    staging_dir: Path,
-    config: CompactConfig,
-    now_ms: int,
-) -> list[dict[str, Any]]:
-    from pyspark.sql import functions as F  # Spark's own convention
-
-    records = (
-        spark.read.format("ketch")
-        .option("level", "record")
-        .load(_segment_paths(plans))
-        .where(~F.col("is_control"))
+    spark: SparkSession, plans: Sequence[PartitionPlan], task: PartitionTask
+) -> list[PartitionOutcome]:
+    """Run `task` over `plans`, one Spark task per plan (see the module docstring)."""
+    ordered = sorted(plans, key=lambda plan: plan.source_bytes, reverse=True)
+    outcomes: list[PartitionOutcome] = (
+        spark.sparkContext.parallelize(ordered, len(ordered)).map(task).collect()
     )
-    aborted = [(p.partition, offset) for p in plans for offset in sorted(p.aborted_batches)]
-    if aborted:
-        # One row per aborted batch (the driver's scan found them): broadcast, so the records
-        # are filtered where they are read, without a shuffle.
-        aborted_df = spark.createDataFrame(aborted, "partition int, batch_base_offset long")
-        records = records.join(
-            F.broadcast(aborted_df), ["partition", "batch_base_offset"], "left_anti"
-        )
-    latest = records.groupBy("partition", "key").agg(
-        F.max("offset").alias("offset"),
-        F.min("offset").alias("first"),
-        F.count(F.lit(1)).alias("n"),
-    )
-    placeholders = spark.createDataFrame(
-        [(p.partition, _PLACEHOLDER_OFFSET, _PLACEHOLDER_OFFSET, 0, False) for p in plans],
-        "partition int, offset long, first long, n long, keyless boolean",
-    )
-    survivors = latest.select(
-        "partition", "offset", "first", "n", F.col("key").isNull().alias("keyless")
-    ).unionByName(placeholders)
-    writer = _partition_writer({p.partition: p for p in plans}, staging_dir, config, now_ms)
-    rows = survivors.groupBy("partition").applyInPandas(writer, _RESULT_SCHEMA).collect()
-    return [row.asDict() for row in rows]
+    return outcomes
 
 
-def _result_of(plan: PartitionPlan, row: Mapping[str, Any]) -> PartitionResult:
-    stats = CleanStats(**{name: int(row[name]) for name in _STAT_FIELDS})
-    segments = tuple((int(base), int(size)) for base, size in json.loads(row["segments"]))
-    return PartitionResult(plan, segments, stats)
+def _result_of(plan: PartitionPlan, outcome: PartitionOutcome) -> PartitionResult:
+    """The result of a partition's task, with the plan cut where the task's map was full."""
+    if outcome.sources_taken < len(plan.sources):
+        plan = _cut_short(plan, outcome)
+    return PartitionResult(plan, outcome.segments, outcome.stats)
+
+
+def _cut_short(plan: PartitionPlan, outcome: PartitionOutcome) -> PartitionPlan:
+    stop = plan.sources[outcome.sources_taken]
+    return dataclasses.replace(
+        plan,
+        sources=plan.sources[: outcome.sources_taken],
+        stop_reason=(
+            f"segment {stop.base_offset} would overfill the offset map "
+            f"({outcome.map_entries} keys mapped before it)"
+        ),
+        stop_kind="offset map",
+        aborted_batches=outcome.aborted_batches,
+    )
 
 
 def check_compactable(
@@ -262,11 +190,13 @@ def run_compact(
     install: bool = False,
     config_overrides: Mapping[str, object] | None = None,
     step: StepHook | None = None,
+    max_map_entries: int = DEFAULT_MAX_MAP_ENTRIES,
 ) -> CompactResult:
     """Compact `topic` in the broker log dir `data_dir` (see the module docstring).
 
     Raises CompactError when compaction is refused; nothing is then installed, and what this
-    run staged is removed. `step` is the install's crash-injection hook (tests).
+    run staged is removed. `step` is the install's crash-injection hook (tests);
+    `max_map_entries` bounds each partition's key map (`offline.compact_task`).
     """
     started = time.perf_counter()
     data_dir = Path(data_dir)
@@ -283,21 +213,27 @@ def run_compact(
             raise CompactError(f"{data_dir} holds no partition of topic {topic}{hint}")
         todo = [plan for plan in plans if plan.sources]
         _remove_staged(staging, todo)  # leftovers of an earlier run that was not installed
+        task = PartitionTask(staging, config, now_ms, max_map_entries)
         try:
-            rows = _spark_clean(spark, todo, staging, config, now_ms) if todo else []
+            outcomes = _spark_clean(spark, todo, task) if todo else []
         except BaseException:
             _remove_staged(staging, todo)
             raise
-        errors = sorted(str(row["error"]) for row in rows if row["error"])
+        errors = sorted(o.error for o in outcomes if o.error is not None)
         if errors:
             _remove_staged(staging, todo)
             raise CompactError("; ".join(errors))
-        by_partition = {int(row["partition"]): row for row in rows}
+        by_partition = {o.partition: o for o in outcomes}
         results = tuple(
             _result_of(plan, by_partition[plan.partition])
             for plan in todo
             if plan.partition in by_partition
         )
+        # A map that was full before a whole segment ended leaves nothing to install there.
+        _remove_staged(staging, [r.plan for r in results if not r.plan.sources])
+        results = tuple(r for r in results if r.plan.sources)
+        cut = {r.partition: r.plan for r in results}
+        plans = [cut.get(plan.partition, plan) for plan in plans]
         if install:
             _install_all(data_dir, staging, results, step)
     total = CleanStats()

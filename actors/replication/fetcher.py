@@ -1,6 +1,6 @@
 """Replica fetchers: a follower's pull of one leader's partitions (Kafka's ReplicaFetcherThread).
 
-(About 500 lines: one fetch round and its error handling read as one loop; the pure parts
+(About 580 lines: one fetch round and its error handling read as one loop; the pure parts
 are in truncation.py, fetcher_requests.py and fetch_state.py.)
 
 A `ReplicaFetcher` serves one (source broker, fetcher id) pair;
@@ -15,7 +15,11 @@ fetcher's task repeats one round:
    its fetch offset and current leader epoch, KIP-320; built in
    actors/replication/fetcher_requests.py). Every answered partition is appended to the
    follower's `PartitionActor` with the leader's high watermark and log start offset, and its
-   fetch offset moves past what was appended.
+   fetch offset moves past what was appended. The fetcher holds an incremental fetch session
+   with its leader (KIP-227, actors/replication/fetch_session_handler.py): after the first
+   (full) fetch, a request lists only the partitions whose position changed, the answer only
+   the partitions with something new, and the others have nothing new. Any answered partition
+   the fetcher does not apply makes the next fetch a full one, so none is left behind.
 
 Errors are values. OFFSET_OUT_OF_RANGE resets the position as Kafka 2.x does (ListOffsets to the
 leader). FENCED_LEADER_EPOCH, or a follower that refuses the data as fenced / no longer a
@@ -46,6 +50,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Final, Protocol
 
 from actors.replication.config import ReplicaFetcherConfig
+from actors.replication.fetch_session_handler import SESSION_ERRORS, FetchSessionHandler
 from actors.replication.fetch_state import (
     BrokerEndpoint,
     FetchStates,
@@ -56,6 +61,7 @@ from actors.replication.fetch_state import (
 )
 from actors.replication.fetcher_requests import (
     epoch_answers,
+    fetch_partitions,
     fetch_request,
     fetched_partitions,
     list_offsets_request,
@@ -165,6 +171,8 @@ class ReplicaFetcher:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.rounds = 0  # fetch requests answered, for tests and statistics
+        # The incremental fetch session with `source` (KIP-227); a new fetcher starts a new one.
+        self.session = FetchSessionHandler()
 
     # -- control (synchronous: state changes only) --------------------------------------------
 
@@ -379,24 +387,54 @@ class ReplicaFetcher:
         if not ready:
             return
         sent = {tp: Sent.of(s) for tp, s in ready.items()}
-        request = fetch_request(self.local_broker_id, self.config, ready, self._local_log_start)
-        response = await self._send(request, ready, sent)
+        data = self.session.build(fetch_partitions(self.config, ready, self._local_log_start))
+        request = fetch_request(self.local_broker_id, self.config, data)
+        response = await self._request(request)
         if response is None:
+            self.session.handle_error()
+            self._delay_all(sent)
             return
         assert isinstance(response, FetchResponse), response
+        if not self.session.handle_response(data, response):
+            if response.error not in SESSION_ERRORS:
+                self._delay_all(sent)
+            # A session error costs no back-off: the next round is a full fetch, which opens a
+            # new session and cannot fail that way.
+            log.info(
+                "%s: fetch session %d ended (%s): the next fetch is full",
+                self.name,
+                data.session_id,
+                response.error.name,
+            )
+            return
         self.rounds += 1
-        for tp, data in fetched_partitions(response):
-            request_sent = sent.get(tp)
-            state = None if request_sent is None else self._states.current(tp, request_sent)
-            if request_sent is None or state is None or state.status is not FetchStatus.FETCHING:
-                continue  # removed, reset or moved since the request left: stale
-            error = ErrorCode.from_code(data.error_code)
-            if error is ErrorCode.NONE:
-                await self._append(tp, request_sent, state, data)
-            elif error is ErrorCode.OFFSET_OUT_OF_RANGE:
-                await self._reset_out_of_range(tp, request_sent, state)
-            else:
-                self._answer_error(tp, request_sent, error)
+        # A partition the answer leaves out has nothing new (fetch_session_handler.py says why
+        # that holds only while every answered partition is applied).
+        applied = True
+        for tp, answer in fetched_partitions(response):
+            applied = await self._take_answer(tp, sent.get(tp), answer) and applied
+        if not applied:
+            self.session.force_full_fetch()
+
+    async def _take_answer(
+        self, tp: TopicPartition, request_sent: Sent | None, data: FetchResponsePartition
+    ) -> bool:
+        """Apply one partition's answer; whether the follower now holds what it was told."""
+        state = None if request_sent is None else self._states.current(tp, request_sent)
+        if request_sent is None or state is None or state.status is not FetchStatus.FETCHING:
+            return False  # removed, reset or moved since the request left: stale
+        error = ErrorCode.from_code(data.error_code)
+        if error is ErrorCode.NONE:
+            return await self._append(tp, request_sent, state, data)
+        if error is ErrorCode.OFFSET_OUT_OF_RANGE:
+            await self._reset_out_of_range(tp, request_sent, state)
+        else:
+            self._answer_error(tp, request_sent, error)
+        return False
+
+    def _delay_all(self, sent: Mapping[TopicPartition, Sent]) -> None:
+        for tp, request_sent in sent.items():
+            self._delay(tp, request_sent)
 
     def _local_log_start(self, tp: TopicPartition) -> int:
         actor = self._lookup(tp)
@@ -408,11 +446,12 @@ class ReplicaFetcher:
         sent: Sent,
         state: PartitionFetchState,
         data: FetchResponsePartition,
-    ) -> None:
+    ) -> bool:
+        """Append what the leader sent; whether it (and its high watermark) was taken."""
         actor = self._lookup(tp)
         if actor is None:
             self._states.fail(tp, sent, "no local replica")
-            return
+            return False
         # Appended even when empty: the follower's HW and log start follow the leader's.
         try:
             result = await actor.ask(
@@ -422,10 +461,10 @@ class ReplicaFetcher:
             )
         except _FOLLOWER_GONE as exc:
             self._states.fail(tp, sent, f"local replica stopped: {exc!r}")
-            return
+            return False
         if result.error in _FOLLOWER_FENCED:
             self._states.fail(tp, sent, f"follower refused the data: {result.error.name}")
-            return
+            return False
         if result.error is ErrorCode.UNKNOWN_SERVER_ERROR:
             # Batches that do not continue the follower's log: the position is wrong (an append
             # by a retired fetcher landed after this state was set). Re-align by epoch from the
@@ -440,14 +479,15 @@ class ReplicaFetcher:
             )
             self._states.move(tp, sent, FetchStatus.TRUNCATING, min(sent.fetch_offset, local_end))
             self._delay(tp, Sent(sent.generation, min(sent.fetch_offset, local_end)))
-            return
+            return False
         if result.error is not ErrorCode.NONE or result.info is None:
             # Corrupt batches: back off and fetch them again (Kafka retries).
             log.warning("%s: %s append failed: %s", self.name, tp, result.error.name)
             self._delay(tp, sent)
-            return
+            return False
         if result.info.valid_bytes > 0:
             self._states.move(tp, sent, FetchStatus.FETCHING, result.info.next_offset)
+        return True
 
     async def _reset_out_of_range(
         self, tp: TopicPartition, sent: Sent, state: PartitionFetchState
@@ -515,8 +555,17 @@ class ReplicaFetcher:
     ) -> Response | None:
         """One request to the leader; on a transport failure or a request-level error every
         partition in it backs off and None is returned."""
+        response = await self._request(request)
+        if response is not None and response.error_code == ErrorCode.NONE:
+            return response
+        for tp in list(partitions):
+            self._delay(tp, sent[tp])
+        return None
+
+    async def _request(self, request: Request) -> Response | None:
+        """One request to the leader: its answer, or None on a transport failure (logged)."""
         try:
-            response = await self._client.send(self.source.address, request)
+            return await self._client.send(self.source.address, request)
         except _CONNECTION_ERRORS as error:
             log.info(
                 "%s: %s to %s failed: %r",
@@ -525,9 +574,4 @@ class ReplicaFetcher:
                 self.source.address,
                 error,
             )
-            response = None
-        if response is not None and response.error_code == ErrorCode.NONE:
-            return response
-        for tp in list(partitions):
-            self._delay(tp, sent[tp])
-        return None
+            return None

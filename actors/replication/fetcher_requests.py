@@ -4,7 +4,8 @@ states (actors/replication/fetch_state.py), and each answer taken apart per part
 
 Every request names this broker as replica_id and, per partition, the leader epoch of the
 leadership being followed (current_leader_epoch, KIP-320), so that a leader in another epoch
-fences it instead of answering. Partitions are grouped by topic in the order they come.
+fences it instead of answering. A Fetch lists what its fetch session (KIP-227) says to list.
+Partitions are grouped by topic in the order they come.
 
 Pure functions over values: no owner, no lock.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from actors.replication.config import ReplicaFetcherConfig
+from actors.replication.fetch_session_handler import FetchRequestData
 from actors.replication.fetch_state import PartitionFetchState
 from wire.messages import (
     EpochEndOffset,
@@ -22,6 +24,7 @@ from wire.messages import (
     FetchResponse,
     FetchResponsePartition,
     FetchTopic,
+    ForgottenTopic,
     ListOffsetsPartition,
     ListOffsetsPartitionResponse,
     ListOffsetsRequest,
@@ -73,34 +76,44 @@ def epoch_answers(
             yield TopicPartition(topic_result.topic, result.partition), result
 
 
-def fetch_request(
-    replica_id: int,
+def fetch_partitions(
     config: ReplicaFetcherConfig,
     partitions: Mapping[TopicPartition, PartitionFetchState],
     log_start_offset: Callable[[TopicPartition], int],
+) -> dict[TopicPartition, FetchPartition]:
+    """What to ask of each partition: from its fetch offset, in its leader epoch, with the
+    follower's own log start offset (-1 when it has no replica)."""
+    return {
+        tp: FetchPartition(
+            partition=tp.partition,
+            current_leader_epoch=state.leader_epoch,
+            fetch_offset=state.fetch_offset,
+            log_start_offset=log_start_offset(tp),
+            partition_max_bytes=config.replica_fetch_max_bytes,
+        )
+        for tp, state in partitions.items()
+    }
+
+
+def fetch_request(
+    replica_id: int, config: ReplicaFetcherConfig, data: FetchRequestData
 ) -> FetchRequest:
-    """One Fetch for `partitions` from their fetch offsets; `log_start_offset` is the follower's
-    own (-1 when it has no replica)."""
+    """One Fetch of a round (actors/replication/fetch_session_handler.py built `data`): the
+    partitions it lists and forgets, under its session id and epoch."""
     return FetchRequest(
         replica_id=replica_id,
         max_wait_ms=config.replica_fetch_wait_max_ms,
         min_bytes=config.replica_fetch_min_bytes,
         max_bytes=config.replica_fetch_response_max_bytes,
+        session_id=data.session_id,
+        session_epoch=data.session_epoch,
         topics=[
-            FetchTopic(
-                topic=topic,
-                partitions=[
-                    FetchPartition(
-                        partition=tp.partition,
-                        current_leader_epoch=partitions[tp].leader_epoch,
-                        fetch_offset=partitions[tp].fetch_offset,
-                        log_start_offset=log_start_offset(tp),
-                        partition_max_bytes=config.replica_fetch_max_bytes,
-                    )
-                    for tp in tps
-                ],
-            )
-            for topic, tps in _by_topic(partitions).items()
+            FetchTopic(topic=topic, partitions=[data.to_send[tp] for tp in tps])
+            for topic, tps in _by_topic(data.to_send).items()
+        ],
+        forgotten_topics_data=[
+            ForgottenTopic(topic=topic, partitions=[tp.partition for tp in tps])
+            for topic, tps in _by_topic(data.forgotten).items()
         ],
     )
 

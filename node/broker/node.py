@@ -43,8 +43,10 @@ It builds and wires the broker's parts and owns their lifetimes:
                             Kafka clients, on the same table (runtime/net/kafka_dialect.py),
                             each request held until the first UpdateMetadata
                             and until the cluster id is known (node/broker/serving_gate.py);
-                            no control-plane API is reachable; its incremental fetch
-                            sessions in a FetchSessionCache (runtime/net/fetch_session.py)
+                            no control-plane API is reachable
+    FetchSessionCache       the broker's incremental fetch sessions (KIP-227,
+                            runtime/net/fetch_session.py): followers' on the native listener,
+                            Kafka clients' on the Kafka listener
     BrokerMetrics           Prometheus metrics (runtime/metrics/), always collected in
                             memory; with metrics.port set, request latencies are observed and
                             a MetricsHttpServer serves them on the node's loop
@@ -451,6 +453,12 @@ class BrokerNode:
         observer = None if self.metrics_server is None else self.metrics.requests.observe
         # One queued.max.request.bytes for both listeners, as Kafka's pool is per broker.
         request_pool = RequestMemoryPool(config.server.queued_max_request_bytes)
+        # One fetch-session cache per broker, as KIP-227's: followers' sessions on the native
+        # listener and Kafka clients' on the Kafka listener compete for the same slots, where a
+        # follower's (privileged) session may evict a consumer's.
+        sessions = FetchSessionCache(clock, config.max_incremental_fetch_session_cache_slots)
+        self.fetch_sessions = sessions
+        self.metrics.add_collector(lambda: fetch_session_metrics(sessions))
         # The native listener: the same identities (SASL when the protocol map says so) and
         # ACLs as the Kafka listener (node/broker/native_security.py).
         self.server = Server(
@@ -463,12 +471,12 @@ class BrokerNode:
             request_observer=observer,
             listener=config.listener_name,
             request_pool=request_pool,
-            dialect=native_dialect(native_sasl(config.native_sasl, self.scram_credentials.cache)),
+            dialect=native_dialect(
+                native_sasl(config.native_sasl, self.scram_credentials.cache), sessions
+            ),
         )
         self.kafka_server: Server | None = None
         if config.kafka_listen_address is not None:
-            sessions = FetchSessionCache(clock, config.max_incremental_fetch_session_cache_slots)
-            self.metrics.add_collector(lambda: fetch_session_metrics(sessions))
             kafka = KafkaProtocol(
                 self.metadata_gate.wrap(self.authorization.wrap(handlers)),
                 _TopicIds(replica_manager),

@@ -39,8 +39,9 @@ The session's native request (every partition, grouped by topic) is rebuilt only
 session changed; an incremental fetch of unchanged partitions builds nothing but its (short)
 answer, which is what makes it cheaper than a full one (bench/fetch_sessions.py).
 
-State: the cache is owned by the broker's event loop (the Kafka listener's dialect calls it from
-`admit` and `encode`, both on the loop thread), so it needs no lock; a `FetchContext` lives from a
+State: the cache is owned by the broker's event loop (one per broker, as KIP-227's: the Kafka
+listener's dialect and, for followers, the native listener's call it from `admit` and `encode`,
+all on the loop thread), so it needs no lock; a `FetchContext` lives from a
 request's admission to its answer.
 """
 

@@ -19,14 +19,37 @@ sasl.server.max.receive.size closes the connection (`max_frame_bytes`), and a fa
 is answered SASL_AUTHENTICATION_FAILED and then closes it. A control-plane API from a connection
 that is not a cluster member is CLUSTER_AUTHORIZATION_FAILED whoever logged in.
 `RequestContext.principal` is `User:NAME` once a user has logged in, else User:ANONYMOUS.
+
+Fetch sessions (KIP-227): given the broker's `FetchSessionCache` (runtime/net/fetch_session.py,
+one per broker, shared with the Kafka listener), a follower's Fetch (replica_id >= 0) that names
+a session is served in that session's context. Who may fetch as a follower is the listener's
+guards' business, as it is without sessions (on a SASL or ACL-guarded listener, cluster members
+only: node/broker/native_security.py; an open listener's fetchers do not prove the cluster
+credential, and a session gives nothing a sessionless follower fetch does not: each of its
+requests still goes through the handler with its connection's context). `admit` turns an
+incremental request into the session's full native request, or answers a session error
+(FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH) at once, and `encode` keeps only the
+partitions the follower must be told of and sets the answer's session id. Any other Fetch is
+served sessionless, whatever its session fields say, and answered with session id 0 (what a
+full cache answers too), so a client that asks for a session simply does not get one. Both run
+on the loop thread, the cache's owner.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any, Final
 
-from runtime.net.dialect import Answer, Call, CloseAfterAnswer, DialectFactory, RequestContext
+from runtime.net.dialect import (
+    Answer,
+    Call,
+    CloseAfterAnswer,
+    DialectFactory,
+    Handler,
+    RequestContext,
+)
+from runtime.net.fetch_session import FINAL_EPOCH, FetchContext, FetchSessionCache, error_answer
 from runtime.net.native_sasl import NativeAuthentication, NativeSasl
 from runtime.net.sasl import SaslReply
 from runtime.net.transport import Stream
@@ -42,6 +65,7 @@ from wire.frames import encode_frame
 from wire.messages import (
     CONTROL_PLANE_API_KEYS,
     ApiKey,
+    FetchRequest,
     FetchResponse,
     MessageError,
     Request,
@@ -80,8 +104,16 @@ def _carries_large_records(response: FetchResponse) -> bool:
 class NativeDialect:
     """ketch's own protocol (msgpack envelopes) with the cluster-credential SASL exchange."""
 
-    def __init__(self, server: Server, stream: Stream, *, sasl: NativeSasl | None = None) -> None:
+    def __init__(
+        self,
+        server: Server,
+        stream: Stream,
+        *,
+        sasl: NativeSasl | None = None,
+        fetch_sessions: FetchSessionCache | None = None,
+    ) -> None:
         self.server = server
+        self.fetch_sessions = fetch_sessions
         self.peer = stream.peer
         self.authentication = NativeAuthentication(server.cluster_secret, sasl, stream.peer)
         self.authenticator = self.authentication.cluster  # the cluster credential's exchange
@@ -124,11 +156,39 @@ class NativeDialect:
             listener=self.server.listener,
             principal=authentication.principal,
         )
+        if isinstance(request, FetchRequest) and self._in_session(request):
+            return self._session_call(handler, request, context)
         return Call(handler, request, context)
+
+    def _in_session(self, request: FetchRequest) -> bool:
+        return (
+            self.fetch_sessions is not None
+            and request.replica_id >= 0
+            and (request.session_id, request.session_epoch) != (0, FINAL_EPOCH)
+        )
+
+    def _session_call(
+        self, handler: Handler, request: FetchRequest, context: RequestContext
+    ) -> Answer | Call:
+        sessions = self.fetch_sessions
+        assert sessions is not None
+        forgotten = [(t.topic, t.partitions) for t in request.forgotten_topics_data]
+        fetch = sessions.new_context(request, request.session_id, request.session_epoch, forgotten)
+        if not isinstance(fetch, FetchContext):
+            return _response_frame(context.correlation_id, error_answer(fetch).to_body())
+        return Call(handler, fetch.request, context, fetch)
 
     def encode(self, call: Call, response: Response | None) -> Answer:
         if response is None:
             return b""
+        fetch = call.origin
+        if (
+            isinstance(fetch, FetchContext)
+            and isinstance(response, FetchResponse)
+            and response.error_code == ErrorCode.NONE  # a refused fetch opens no session
+        ):
+            answer, session_id = fetch.answer(response)
+            response = dataclasses.replace(answer, session_id=session_id)
         if isinstance(response, FetchResponse) and _carries_large_records(response):
             # Record batches go out as the buffers the log read, not copied into the frame.
             envelope = ResponseEnvelope(call.context.correlation_id, response.to_body())
@@ -161,11 +221,14 @@ class NativeDialect:
         return response, reply
 
 
-def native_dialect(sasl: NativeSasl | None) -> DialectFactory:
-    """The `DialectFactory` of a native listener; `sasl` on a SASL_PLAINTEXT / SASL_SSL one."""
+def native_dialect(
+    sasl: NativeSasl | None, fetch_sessions: FetchSessionCache | None = None
+) -> DialectFactory:
+    """The `DialectFactory` of a native listener; `sasl` on a SASL_PLAINTEXT / SASL_SSL one;
+    `fetch_sessions`, the broker's cache, to serve followers' fetch sessions."""
 
     def build(server: Server, stream: Stream) -> NativeDialect:
-        return NativeDialect(server, stream, sasl=sasl)
+        return NativeDialect(server, stream, sasl=sasl, fetch_sessions=fetch_sessions)
 
     return build
 

@@ -198,9 +198,19 @@ class FetchByIds:
     unknown: list[tuple[bytes, list[int]]]
 
 
+# The native request a Kafka Fetch becomes is sessionless: the Kafka listener serves the
+# session fields itself (runtime/net/kafka_dialect.py), as wire/kafka/fetch_codec.py's decoder
+# leaves them out of it.
+_SESSIONLESS_FIELDS: Final[dict[str, Any]] = {
+    "session_id": 0,
+    "session_epoch": -1,
+    "forgotten_topics_data": [],
+}
+
+
 def _fetch_request(body: Any, version: int, topics: TopicIds) -> tuple[Request, object]:
     if version < FETCH_BY_TOPIC_ID:
-        return to_native(body, FetchRequest), None
+        return to_native(body, FetchRequest, **_SESSIONLESS_FIELDS), None
     note = FetchByIds({}, [])
     native_topics = []
     for topic in body.topics:
@@ -212,7 +222,7 @@ def _fetch_request(body: Any, version: int, topics: TopicIds) -> tuple[Request, 
         note.ids[name] = topic_id
         partitions = [to_native(p, FetchPartition) for p in topic.partitions]
         native_topics.append(FetchTopic(topic=name, partitions=partitions))
-    given: dict[str, Any] = {"topics": native_topics}
+    given: dict[str, Any] = {"topics": native_topics, **_SESSIONLESS_FIELDS}
     if version >= FETCH_REPLICA_STATE:
         given["replica_id"] = body.replica_state.replica_id
     return to_native(body, FetchRequest, **given), note

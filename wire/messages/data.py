@@ -2,11 +2,10 @@
 Produce (0), Fetch (1), ListOffsets (2), OffsetForLeaderEpoch (23).
 
 Field names are those of Kafka's JSON message specs in snake_case; fields Kafka has for
-features ketch lacks (throttling, fetch sessions, transactions' aborted lists, rack-aware
-fetching, tagged fields) are left out. Record batches travel as opaque bytes (msgpack bin): one
-or more Kafka RecordBatch v2, exactly as stored in the log. Topics are named by name, as in
-Kafka's pre-topic-id versions; where a topic id appears it is `Uuid` (16 raw bytes, ZERO_UUID
-when unknown).
+features ketch lacks (rack-aware fetching, tagged fields) are left out. Record batches travel
+as opaque bytes (msgpack bin): one or more Kafka RecordBatch v2, exactly as stored in the log.
+Topics are named by name, as in Kafka's pre-topic-id versions; where a topic id appears it is
+`Uuid` (16 raw bytes, ZERO_UUID when unknown).
 
 Kafka's sentinels keep their meaning: -1 for "no leader", "unknown epoch", "no offset" and "not a
 replica" (a consumer's replica_id), -2 for a debugging consumer's replica_id.
@@ -211,15 +210,31 @@ class FetchableTopicResponse:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FetchResponse(Response):
+    """session_id: the fetch session this answer belongs to (KIP-227), 0 when none."""
+
     API_KEY = ApiKey.FETCH
     API_VERSION = 0
+    session_id: Int32 = 0
     responses: list[FetchableTopicResponse] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForgottenTopic:
+    """Partitions an incremental fetch drops from its session (KIP-227)."""
+
+    topic: str
+    partitions: list[Int32]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FetchRequest(Request):
     """replica_id: the follower's broker id, or -1 for a consumer. isolation_level: 0
-    READ_UNCOMMITTED, 1 READ_COMMITTED (up to the last stable offset)."""
+    READ_UNCOMMITTED, 1 READ_COMMITTED (up to the last stable offset).
+
+    Fetch sessions (KIP-227, runtime/net/fetch_session.py has the table): session_id 0 with
+    session_epoch -1 (the defaults) is a sessionless fetch; epoch 0 asks for a new session;
+    a session's later fetches list only changed partitions and drop the others in
+    `forgotten_topics_data`. The native listener serves sessions to followers only."""
 
     API_KEY = ApiKey.FETCH
     API_VERSION = 0
@@ -229,7 +244,10 @@ class FetchRequest(Request):
     min_bytes: Int32
     max_bytes: Int32 = 0x7FFFFFFF
     isolation_level: Int8 = 0
+    session_id: Int32 = 0
+    session_epoch: Int32 = -1
     topics: list[FetchTopic]
+    forgotten_topics_data: list[ForgottenTopic] = field(default_factory=list)
 
 
 # -- ListOffsets (2) -------------------------------------------------------------------------------

@@ -10,7 +10,8 @@ Aborted transactions come from the broker's own transaction index (the `AbortedT
 the planner collected on the log owner's task, `Log.collect_aborted_transactions`), as Kafka's
 cleaner takes them: a transactional data batch of producer P is aborted when an entry of P
 spans its base offset. `txn.TransactionScan` (the offline job's way) would have to scan past the
-cleaned range for the markers.
+cleaned range for the markers; the offline job (`offline.compact_task`), which has made that
+scan while planning, passes the base offsets it found as ``aborted_batches`` instead.
 
 Memory bound (``log.cleaner.dedupe.buffer.size``). Keys are held as 16-byte BLAKE2b digests,
 as Kafka's SkimpyOffsetMap holds MD5s (a collision, about 2^-64 for 2^32 keys, would let one
@@ -38,6 +39,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,9 +78,11 @@ class OffsetMapResult:
 
 
 class _AbortedRanges:
-    """Per producer, the offset ranges of its aborted transactions."""
+    """Per producer, the offset ranges of its aborted transactions; and base offsets of
+    aborted batches known as such (the offline plan's)."""
 
-    def __init__(self, aborted: Iterable[AbortedTxn]) -> None:
+    def __init__(self, aborted: Iterable[AbortedTxn], batches: AbstractSet[int]) -> None:
+        self._batches = batches
         self._by_producer: dict[int, list[tuple[int, int]]] = {}
         for txn in aborted:
             self._by_producer.setdefault(txn.producer_id, []).append(
@@ -88,6 +92,8 @@ class _AbortedRanges:
     def covers(self, header: BatchHeader) -> bool:
         if not header.is_transactional or header.is_control:
             return False
+        if header.base_offset in self._batches:
+            return True
         ranges = self._by_producer.get(header.producer_id)
         return ranges is not None and any(
             first <= header.base_offset <= last for first, last in ranges
@@ -113,8 +119,8 @@ def _segment_keys(
             for offset, key in iter_keys(batch):  # CRC checked by the scan
                 if key is None:
                     raise CompactError(
-                        f"{path}: record at offset {offset} has no key; a compacted "
-                        "topic needs one on every record"
+                        f"{path}: a record without a key at offset {offset}; a compacted "
+                        "topic needs a key on every record"
                     )
                 latest[_map_key(key)] = offset
         if scan.error is not None:
@@ -129,12 +135,15 @@ def build_offset_map(
     sources: Sequence[SourceSegment],
     aborted: Iterable[AbortedTxn],
     max_entries: int,
+    *,
+    aborted_batches: AbstractSet[int] = frozenset(),
 ) -> OffsetMapResult:
     """The survivors of the longest prefix of `sources` whose keys fit `max_entries` (see the
-    module docstring); raises CompactError when not even the first segment fits."""
-    ranges = _AbortedRanges(aborted)
+    module docstring); raises CompactError when not even the first segment fits. A data batch
+    is aborted when an entry of `aborted` spans it or its base offset is in `aborted_batches`."""
+    ranges = _AbortedRanges(aborted, aborted_batches)
     offsets: dict[bytes, int] = {}
-    aborted_batches: set[int] = set()
+    found_aborted: set[int] = set()
     taken = 0
     for source in sources:
         segment_aborted: set[int] = set()
@@ -143,7 +152,7 @@ def build_offset_map(
         if len(offsets) + new_keys > max_entries:
             break
         offsets.update(keys)  # a later segment's offsets are higher: they win
-        aborted_batches |= segment_aborted
+        found_aborted |= segment_aborted
         taken += 1
     chosen = list(sources[:taken])
     while chosen and chosen[-1].next_offset == chosen[-1].base_offset:
@@ -156,7 +165,7 @@ def build_offset_map(
     return OffsetMapResult(
         tuple(chosen),
         sorted(offsets.values()),
-        frozenset(aborted_batches),
+        frozenset(found_aborted),
         len(offsets),
         max_entries,
         cut_short=taken < len(sources),
