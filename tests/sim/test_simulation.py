@@ -27,7 +27,12 @@ WORKERS: Final = 2
 # What every seed must have done, so that a seed passing means something.
 MIN_SIMULATED_MS: Final = 3_000
 MIN_FAULTS: Final = 2
-MIN_ACKNOWLEDGED: Final = 30
+# A seed whose brokers get fenced (a delayed heartbeat link) acknowledges few writes while they
+# are: seed 1067 went from 37 to 24 when broker start-up moved 5 simulated ms in session 11 and
+# one more fencing fell inside its run. The per-seed floor says a seed was not stuck; the mean
+# (about 93 per seed over the 300) says the workload as a whole still gets through.
+MIN_ACKNOWLEDGED: Final = 20
+MIN_MEAN_ACKNOWLEDGED: Final = 60
 
 
 def _run(seed: int) -> tuple[Figures, str]:
@@ -64,6 +69,7 @@ def test_seeds_of_faults_break_no_invariant() -> None:
         assert run.simulated_ms >= MIN_SIMULATED_MS, run
         assert sum(run.faults.values()) >= MIN_FAULTS, run
         assert run.acknowledged >= MIN_ACKNOWLEDGED, run
+    assert sum(run.acknowledged for run in figures) >= MIN_MEAN_ACKNOWLEDGED * len(figures)
 
 
 # Seeds that found bugs, run on their own in every session. A seed's fault plan and workload
