@@ -130,17 +130,22 @@ class KafkaProtocol:
 
     def dialect(self, server: Server, stream: Stream) -> KafkaDialect:
         """The `DialectFactory` for `Server(dialect=...)`."""
-        return KafkaDialect(self, stream.peer, server.listener)
+        return KafkaDialect(self, stream.peer, server.listener, stream.tls_principal)
 
 
 class KafkaDialect:
     """One Kafka connection: its peer, its listener, and (on a SASL listener) its SASL state."""
 
-    def __init__(self, protocol: KafkaProtocol, peer: str, listener: str) -> None:
+    def __init__(
+        self, protocol: KafkaProtocol, peer: str, listener: str, tls_principal: str | None = None
+    ) -> None:
         self.protocol = protocol
         self.peer = peer
         self.listener = listener
-        self.principal = ANONYMOUS_PRINCIPAL
+        # Kafka's principal: a SASL login's user (set below once it succeeds), else the subject
+        # of the TLS client certificate (SSL with ssl.client.auth), else ANONYMOUS.
+        self.principal = tls_principal or ANONYMOUS_PRINCIPAL
+        self._logged_in = False
         sasl = protocol.sasl
         self.sasl = (
             None
@@ -209,7 +214,8 @@ class KafkaDialect:
                 auth_bytes=reply.auth_bytes,
             )
         answer = encode_response(prefix.correlation_id, response)
-        if sasl.authenticated and self.principal == ANONYMOUS_PRINCIPAL:
+        if sasl.authenticated and not self._logged_in:
+            self._logged_in = True
             self.principal = sasl.principal or ANONYMOUS_PRINCIPAL
             _log.debug("%s authenticated as %s", self.peer, self.principal)
         return self._closing(answer, reply, event) if reply.close else answer

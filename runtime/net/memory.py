@@ -204,6 +204,10 @@ class MemoryStream:
     def peer(self) -> str:
         return self._peer
 
+    @property
+    def tls_principal(self) -> str | None:
+        return None  # the in-memory network has no TLS
+
     async def _readable(self) -> bool:
         """Wait until something is in the inbox: True, or False once the stream is finished."""
         pipe = self._incoming

@@ -115,7 +115,9 @@ class NativeDialect:
         self.server = server
         self.fetch_sessions = fetch_sessions
         self.peer = stream.peer
-        self.authentication = NativeAuthentication(server.cluster_secret, sasl, stream.peer)
+        self.authentication = NativeAuthentication(
+            server.cluster_secret, sasl, stream.peer, stream.tls_principal
+        )
         self.authenticator = self.authentication.cluster  # the cluster credential's exchange
 
     def max_frame_bytes(self) -> int | None:

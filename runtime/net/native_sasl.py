@@ -67,12 +67,20 @@ class NativeAuthentication:
     """One native connection's authentication state (module docstring). `sasl=None`: a
     PLAINTEXT / SSL listener (cluster credential only, authentication optional)."""
 
-    __slots__ = ("_chosen", "cluster", "peer", "sasl", "user")
+    __slots__ = ("_chosen", "cluster", "peer", "sasl", "tls_principal", "user")
 
-    def __init__(self, cluster_secret: bytes | None, sasl: NativeSasl | None, peer: str) -> None:
+    def __init__(
+        self,
+        cluster_secret: bytes | None,
+        sasl: NativeSasl | None,
+        peer: str,
+        tls_principal: str | None = None,
+    ) -> None:
         self.cluster = ServerAuthenticator(cluster_secret)
         self.sasl = sasl
         self.peer = peer
+        # The TLS client certificate's principal (SSL with ssl.client.auth), if any.
+        self.tls_principal = tls_principal
         self.user: SaslServerAuthenticator | None = None
         self._chosen: str | None = None
 
@@ -85,7 +93,7 @@ class NativeAuthentication:
         user = self.user
         if user is not None and user.authenticated and user.principal is not None:
             return user.principal
-        return ANONYMOUS_PRINCIPAL
+        return self.tls_principal or ANONYMOUS_PRINCIPAL
 
     @property
     def authenticated(self) -> bool:

@@ -81,6 +81,12 @@ class Stream(Protocol):
         """A printable name of the remote end, for logs and `RequestContext.peer`."""
         ...
 
+    @property
+    def tls_principal(self) -> str | None:
+        """Who a TLS client certificate proved the peer to be (`User:` + its subject, Kafka's
+        default SSL principal), on a stream this side accepted; None otherwise."""
+        ...
+
     async def receive(self) -> bytes:
         """The next chunk of received bytes; `b""` once the stream is finished."""
         ...
