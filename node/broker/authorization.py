@@ -345,7 +345,7 @@ class Authorization:
         return handle
 
     def _find_coordinator(self, handler: Handler) -> Handler:
-        async def handle(request: Any, ctx: RequestContext) -> Response:
+        async def handle(request: Any, ctx: RequestContext) -> Response | None:
             if request.key_type == _TRANSACTION_KEY:
                 kind, code = RT.TRANSACTIONAL_ID, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
             else:
@@ -355,10 +355,9 @@ class Authorization:
                 lambda key: None if self.allowed(ctx, Op.DESCRIBE, kind, key) else code,
             )
             denied = [Coordinator(key=key, error_code=c) for key, c in refused]
-            if not allowed:
-                return _replaced(type(request).RESPONSE(), coordinators=denied)
-            answer: Any = await handler(dataclasses.replace(request, coordinator_keys=allowed), ctx)
-            return _replaced(answer, coordinators=[*answer.coordinators, *denied])
+            return await _served_apart(
+                handler, request, ctx, "coordinator_keys", "coordinators", allowed, denied
+            )
 
         return handle
 
@@ -414,7 +413,7 @@ class Authorization:
         return handle
 
     def _describe_groups(self, handler: Handler) -> Handler:
-        async def handle(request: Any, ctx: RequestContext) -> Response:
+        async def handle(request: Any, ctx: RequestContext) -> Response | None:
             allowed, refused = _divide(
                 request.groups,
                 lambda g: (
@@ -424,10 +423,7 @@ class Authorization:
                 ),
             )
             denied = [DescribedGroup(group_id=g, error_code=c) for g, c in refused]
-            if not allowed:
-                return _replaced(type(request).RESPONSE(), groups=denied)
-            answer: Any = await handler(dataclasses.replace(request, groups=allowed), ctx)
-            return _replaced(answer, groups=[*answer.groups, *denied])
+            return await _served_apart(handler, request, ctx, "groups", "groups", allowed, denied)
 
         return handle
 
@@ -455,16 +451,13 @@ class Authorization:
         return handle
 
     def _add_partitions_to_txn(self, handler: Handler) -> Handler:
-        async def handle(request: Any, ctx: RequestContext) -> Response:
+        async def handle(request: Any, ctx: RequestContext) -> Response | None:
             allowed, refused = _divide(
                 request.transactions, lambda t: self._add_partitions_refusal(ctx, t)
             )
             denied = [self._refused_transaction(ctx, t, c) for t, c in refused]
-            if not allowed:
-                return _replaced(type(request).RESPONSE(), results_by_transaction=denied)
-            answer: Any = await handler(dataclasses.replace(request, transactions=allowed), ctx)
-            return _replaced(
-                answer, results_by_transaction=[*answer.results_by_transaction, *denied]
+            return await _served_apart(
+                handler, request, ctx, "transactions", "results_by_transaction", allowed, denied
             )
 
         return handle
@@ -516,7 +509,7 @@ class Authorization:
         return handle
 
     def _describe_transactions(self, handler: Handler) -> Handler:
-        async def handle(request: Any, ctx: RequestContext) -> Response:
+        async def handle(request: Any, ctx: RequestContext) -> Response | None:
             allowed, refused = _divide(
                 request.transactional_ids,
                 lambda t: (
@@ -526,12 +519,9 @@ class Authorization:
                 ),
             )
             denied = [DescribedTransaction(transactional_id=t, error_code=c) for t, c in refused]
-            if not allowed:
-                return _replaced(type(request).RESPONSE(), transaction_states=denied)
-            answer: Any = await handler(
-                dataclasses.replace(request, transactional_ids=allowed), ctx
+            return await _served_apart(
+                handler, request, ctx, "transactional_ids", "transaction_states", allowed, denied
             )
-            return _replaced(answer, transaction_states=[*answer.transaction_states, *denied])
 
         return handle
 
@@ -585,6 +575,21 @@ async def _merge(
     for code in dict.fromkeys(c for _, c in refused):
         part = dataclasses.replace(request, **{items: [i for i, c in refused if c == code]})
         denied.extend(getattr(error_response(part, code), answers))
+    return await _served_apart(handler, request, ctx, items, answers, allowed, denied)
+
+
+async def _served_apart(
+    handler: Handler,
+    request: Request,
+    ctx: RequestContext,
+    items: str,
+    answers: str,
+    allowed: list[Any],
+    denied: list[Any],
+) -> Response | None:
+    """The handler's answer to the `allowed` items of the request's list `items`, with the
+    refused items' answers `denied` after its own in the answer's list `answers`; the handler
+    is not called when nothing is allowed. None when the handler answers nothing (acks=0)."""
     if not allowed:
         return _replaced(type(request).RESPONSE(), **{answers: denied})
     answer: Response | None = await handler(dataclasses.replace(request, **{items: allowed}), ctx)
