@@ -97,10 +97,18 @@ class ClientQuotaManager:
     def quotas(self) -> dict[QuotaEntity, dict[str, float]]:
         return {entity: dict(values) for entity, values in self._quotas.items()}
 
+    def has_quota(self, key: str) -> bool:
+        """Whether any entity has a quota of `key`: without one, the produce and fetch paths
+        skip measuring altogether (the common case, on every request)."""
+        return bool(self._by_key[key])
+
     def resolve(self, key: str, user: str, client_id: str) -> tuple[Tags, float | None]:
         """(the clients the rate is shared by, the bound) for a request of (user, client_id)."""
+        bounds = self._by_key[key]
+        if not bounds:
+            return ("", client_id), None
         for entity, tags in _candidates(user, client_id):
-            bound = self._by_key[key].get(entity)
+            bound = bounds.get(entity)
             if bound is not None:
                 return tags, bound
         return ("", client_id), None

@@ -101,7 +101,7 @@ def _client(ctx: RequestContext) -> tuple[str, str]:
 def _produce_layer(inner: Handler, manager: ClientQuotaManager) -> Handler:
     async def produce(request: ProduceRequest, ctx: RequestContext) -> Response | None:
         response = await inner(request, ctx)
-        if ctx.cluster_member:
+        if ctx.cluster_member or not manager.has_quota(PRODUCER_BYTE_RATE):
             return response
         size = sum(len(p.records) for topic in request.topic_data for p in topic.partition_data)
         throttle_ms = manager.record(PRODUCER_BYTE_RATE, *_client(ctx), size)
@@ -114,7 +114,11 @@ def _produce_layer(inner: Handler, manager: ClientQuotaManager) -> Handler:
 
 def _fetch_layer(inner: Handler, manager: ClientQuotaManager) -> Handler:
     async def fetch(request: FetchRequest, ctx: RequestContext) -> Response | None:
-        if ctx.cluster_member or request.replica_id >= 0:
+        if (
+            ctx.cluster_member
+            or request.replica_id >= 0
+            or not manager.has_quota(CONSUMER_BYTE_RATE)
+        ):
             return await inner(request, ctx)
         user, client_id = _client(ctx)
         most = manager.max_value_in_window(CONSUMER_BYTE_RATE, user, client_id)
