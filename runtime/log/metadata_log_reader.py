@@ -22,6 +22,7 @@ import os
 from pathlib import Path
 from typing import Final
 
+from runtime.log.metadata_log import DEFAULT_MAX_FRAME_BYTES
 from runtime.log.metadata_log_format import (
     SEGMENT_NAME,
     SNAPSHOT_NAME,
@@ -32,7 +33,6 @@ from runtime.log.metadata_log_format import (
     snapshot_name,
 )
 
-DEFAULT_MAX_FRAME_BYTES: Final = 8 * 1024 * 1024  # runtime/log/metadata_log.py's default
 _ATTEMPTS: Final = 5  # reads that a concurrent snapshot's deletions may spoil, before giving up
 
 
